@@ -1,0 +1,58 @@
+"""The course's chat template: how a list of messages becomes one string of text.
+
+Every chat model wraps each message in role markers that are special tokens, so the model
+can tell who is speaking and where a turn ends. The course model uses:
+
+    <|system|>You are TinyChat.<|end|><|user|>What is 2 + 2?<|end|><|assistant|>
+
+A tool call is an assistant turn that starts with ``<|tool_call|>`` and carries JSON; the
+runtime answers with a ``tool`` message:
+
+    <|assistant|><|tool_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}<|end|>
+    <|tool|>{"temperature_c": 18}<|end|>
+
+Rendering with ``add_generation_prompt=True`` ends on ``<|assistant|>``: the model's next
+tokens are the reply, and ``<|end|>`` is its stop token.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+ROLES = ("system", "user", "assistant", "tool")
+END = "<|end|>"
+END_OF_TEXT = "<|endoftext|>"
+TOOL_CALL = "<|tool_call|>"
+# Order matters: a tokenizer trained with these gives them IDs in this order after its merges.
+SPECIAL_TOKENS: tuple[str, ...] = (
+    END_OF_TEXT,
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|tool|>",
+    END,
+    TOOL_CALL,
+)
+
+
+def role_marker(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; a message's role is one of {', '.join(ROLES)}")
+    return f"<|{role}|>"
+
+
+def render_chat(messages: Iterable[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
+    """Messages -> template text.
+
+    >>> render_chat([{"role": "user", "content": "Hi"}])
+    '<|user|>Hi<|end|><|assistant|>'
+    """
+    parts = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+            raise ValueError(f"message {i} must be a mapping with 'role' and 'content', got {message!r}")
+        if not isinstance(message["content"], str):
+            raise TypeError(f"message {i}: content must be str, got {type(message['content']).__name__}")
+        parts.append(f"{role_marker(message['role'])}{message['content']}{END}")
+    if add_generation_prompt:
+        parts.append(role_marker("assistant"))
+    return "".join(parts)
