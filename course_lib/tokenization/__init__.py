@@ -1,4 +1,5 @@
-"""Tokenization: production encodings offline, and (later) byte-level BPE from scratch."""
+"""Tokenization: production encodings offline, and byte-level BPE written from scratch."""
+from course_lib.tokenization.bpe import BPETokenizer
 from course_lib.tokenization.offline import (
     KNOWN_ENCODINGS,
     RankFileError,
@@ -6,5 +7,19 @@ from course_lib.tokenization.offline import (
     get_encoding,
     prime_tiktoken_cache,
 )
+from course_lib.tokenization.pretokenize import GPT2_PATTERN, GPT4_PATTERN, O200K_PATTERN, split_text
+from course_lib.tokenization.serialize import TokenizerFileError
 
-__all__ = ["KNOWN_ENCODINGS", "RankFileError", "encoding_spec", "get_encoding", "prime_tiktoken_cache"]
+__all__ = [
+    "BPETokenizer",
+    "GPT2_PATTERN",
+    "GPT4_PATTERN",
+    "KNOWN_ENCODINGS",
+    "O200K_PATTERN",
+    "RankFileError",
+    "TokenizerFileError",
+    "encoding_spec",
+    "get_encoding",
+    "prime_tiktoken_cache",
+    "split_text",
+]
