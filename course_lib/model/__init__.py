@@ -1,0 +1,46 @@
+"""The course model: configs, the transformer, its KV cache, weights I/O and greedy generation.
+
+>>> from course_lib.model import Transformer, get_config, greedy_generate
+>>> model = Transformer(get_config("test-mha"), generator=torch.Generator().manual_seed(0))
+>>> len(greedy_generate(model, [1, 2, 3], max_new_tokens=4))
+4
+"""
+import torch  # noqa: F401  (used by the doctest above)
+
+from course_lib.model.config import CONFIGS, ModelConfig, get_config
+from course_lib.model.generate import as_prompt_tensor, decode_step, greedy_generate, prefill
+from course_lib.model.hf import from_hf_llama, to_hf_llama
+from course_lib.model.kv_cache import CacheOverflowError, KVCache
+from course_lib.model.transformer import Block, GatedMLP, RMSNorm, Transformer
+from course_lib.model.weights import (
+    WeightsNotFoundError,
+    data_dir,
+    default_device,
+    load_model,
+    load_tokenizer,
+    save_model,
+)
+
+__all__ = [
+    "CONFIGS",
+    "Block",
+    "CacheOverflowError",
+    "GatedMLP",
+    "KVCache",
+    "ModelConfig",
+    "RMSNorm",
+    "Transformer",
+    "WeightsNotFoundError",
+    "as_prompt_tensor",
+    "data_dir",
+    "decode_step",
+    "default_device",
+    "from_hf_llama",
+    "get_config",
+    "greedy_generate",
+    "load_model",
+    "load_tokenizer",
+    "prefill",
+    "save_model",
+    "to_hf_llama",
+]

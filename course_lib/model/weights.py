@@ -1,0 +1,151 @@
+"""Saving and loading the course model: config.json + model.safetensors in one directory.
+
+The shipped model lives in course_lib/data/<name>/ (written by `course train`):
+
+    config.json         ModelConfig.to_dict()
+    model.safetensors   the state dict (a tied output head is stored once, as embed_tokens)
+    tokenizer file      written by BPETokenizer.save
+
+>>> import tempfile
+>>> from course_lib.model.config import get_config
+>>> model = Transformer(get_config("test-mqa"), generator=torch.Generator().manual_seed(0))
+>>> with tempfile.TemporaryDirectory() as d:
+...     _ = save_model(model, d)
+...     again = load_model(directory=d, device="cpu")
+>>> torch.equal(again.lm_head.weight, model.lm_head.weight)
+True
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from course_lib.model.config import CONFIGS, ModelConfig
+from course_lib.model.transformer import Transformer
+
+__all__ = ["WeightsNotFoundError", "data_dir", "save_model", "load_model", "load_tokenizer", "default_device"]
+
+_CONFIG_FILE = "config.json"
+_WEIGHTS_FILE = "model.safetensors"
+_TRAIN_HINT = "run `course train` to train and save them"
+
+
+class WeightsNotFoundError(FileNotFoundError):
+    """The trained weights (or tokenizer) are not on disk yet."""
+
+
+def data_dir(name: str) -> Path:
+    """course_lib/data/<name>/, where the shipped model and tokenizer live."""
+    return Path(__file__).resolve().parent.parent / "data" / name
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _weights_to_save(model: Transformer) -> dict[str, torch.Tensor]:
+    state = model.state_dict()
+    if model.config.tie_embeddings:
+        state.pop("lm_head.weight")  # the same matrix as embed_tokens.weight; safetensors rejects shared storage
+    return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+
+
+def save_model(model: Transformer, directory: str | Path) -> Path:
+    """Write config.json and model.safetensors into `directory` (created if needed); return it."""
+    from safetensors.torch import save_file
+
+    if not isinstance(model, Transformer):
+        raise TypeError(f"save_model expects a course Transformer, got {type(model).__name__}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / _CONFIG_FILE).write_text(json.dumps(model.config.to_dict(), indent=2, sort_keys=True) + "\n")
+    save_file(_weights_to_save(model), str(directory / _WEIGHTS_FILE), metadata={"format": "pt"})
+    return directory
+
+
+def load_model(name: str = "tinychat", device=None, dtype: torch.dtype | None = None, *,
+               directory: str | Path | None = None) -> Transformer:
+    """The trained model `name` from course_lib/data/<name>/ (or from `directory`), in eval mode.
+
+    device defaults to CUDA when available, else CPU; dtype defaults to float32.
+    """
+    if directory is None:
+        if name not in CONFIGS:
+            raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
+        directory = data_dir(name)
+    directory = Path(directory)
+    config_path, weights_path = directory / _CONFIG_FILE, directory / _WEIGHTS_FILE
+    missing = [p.name for p in (config_path, weights_path) if not p.is_file()]
+    if missing:
+        raise WeightsNotFoundError(f"no trained weights for {name!r}: {', '.join(missing)} missing in "
+                                   f"{directory}; {_TRAIN_HINT}")
+    config = _read_config(config_path)
+    state = _read_weights(weights_path)
+    model = Transformer(config, generator=torch.Generator().manual_seed(0))
+    _load_state_strict(model, state, weights_path)
+    device = default_device() if device is None else torch.device(device)
+    return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+def _read_config(path: Path) -> ModelConfig:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); {_TRAIN_HINT} again") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} should hold a JSON object of ModelConfig fields")
+    try:
+        return ModelConfig.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path} does not describe a valid model: {err}") from err
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{path} is corrupt or not a safetensors file ({err}); {_TRAIN_HINT} again") from err
+
+
+def _load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source) -> None:
+    """Copy `state` into model, refusing missing, unexpected or wrongly shaped tensors."""
+    expected = model.state_dict()
+    if model.config.tie_embeddings:
+        expected.pop("lm_head.weight")
+        state = {k: v for k, v in state.items() if k != "lm_head.weight"}  # tolerated: it is the same matrix
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"weights in {source} do not match the config: missing {missing[:5]}"
+                         f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+                         f"{' ...' if len(unexpected) > 5 else ''}")
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[key].shape):
+            raise ValueError(f"weights in {source}: {key} has shape {tuple(tensor.shape)} but the config "
+                             f"needs {tuple(expected[key].shape)}")
+        if not tensor.is_floating_point():
+            raise ValueError(f"weights in {source}: {key} has dtype {tensor.dtype}, expected floating point")
+    model.load_state_dict(state, strict=False)  # strictness checked above, tied head allowed
+
+
+def load_tokenizer(name: str = "tinychat", *, directory: str | Path | None = None):
+    """The course BPE tokenizer saved beside the model in course_lib/data/<name>/."""
+    if directory is None:
+        if name not in CONFIGS:
+            raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
+        directory = data_dir(name)
+    directory = Path(directory)
+    candidates = sorted(p for p in directory.glob("tokenizer*") if p.is_file()) if directory.is_dir() else []
+    if not candidates:
+        raise WeightsNotFoundError(f"no tokenizer file (tokenizer*) in {directory}; {_TRAIN_HINT}")
+    try:
+        from course_lib.tokenization import BPETokenizer
+    except ImportError as err:
+        raise ImportError("course_lib.tokenization.BPETokenizer is not available yet") from err
+    preferred = [p for p in candidates if p.name == "tokenizer.json"]
+    return BPETokenizer.load(str((preferred or candidates)[0]))
