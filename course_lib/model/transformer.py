@@ -172,11 +172,11 @@ class Transformer(nn.Module):
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got values from {lo} to {hi}")
-        start = 0 if cache is None else cache.seq_len
         n_new = idx.shape[1]
         if cache is not None:
             self._check_cache(cache, idx.shape[0])
             cache.check_room(n_new)
+        start = 0 if cache is None else cache.seq_len
         if start + n_new > cfg.max_seq_len:
             raise ValueError(f"sequence of {start + n_new} tokens ({start} cached + {n_new} new) exceeds the "
                              f"context window max_seq_len={cfg.max_seq_len}; truncate the prompt")
