@@ -1,0 +1,140 @@
+"""The ``course`` command: open the course, check notebooks, release and grade them.
+
+    course lab                     start JupyterLab on notebooks/ (prints the URL)
+    course check NOTEBOOK          run a notebook, one line per exercise; exit 0 if all pass
+    course release [NAME ...]      authoring file -> source notebook -> nbgrader release -> notebooks/
+    course grade NAME              autograde grading/submitted/*/NAME, feedback, CSV
+    course train / course eval     reproduce / measure the shipped course model
+
+Exit status: 0 success, 1 something failed (a test, a submission), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from course_lib.pipeline.authoring import AuthoringError, build_sources
+from course_lib.pipeline.check import check_notebook, format_report
+from course_lib.pipeline.grade import NoSubmissions, format_table, grade
+from course_lib.pipeline.nbgrader_run import NbgraderFailed
+from course_lib.pipeline.notebook_io import NotebookError
+from course_lib.pipeline.paths import CourseNotFound, find_course
+from course_lib.pipeline.release import UnknownAssignment, release
+
+
+class UsageError(Exception):
+    """Bad input from the command line: printed as one line, exit 2."""
+
+
+def cmd_lab(args) -> int:
+    from course_lib.tokenization.offline import prime_tiktoken_cache
+
+    paths = find_course()
+    env = dict(os.environ)
+    # Kernels inherit this: plain tiktoken.get_encoding works offline inside the notebooks.
+    env["TIKTOKEN_CACHE_DIR"] = str(prime_tiktoken_cache(paths.root / ".cache" / "tiktoken"))
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ip={args.ip}",
+               f"--port={args.port}", f"--ServerApp.root_dir={paths.root}",
+               f"--LabApp.default_url=/lab/tree/notebooks"]
+    print(f"Starting JupyterLab on http://{args.ip}:{args.port}/lab/tree/notebooks "
+          "(the login URL with its token follows; Ctrl-C stops it)", flush=True)
+    return subprocess.call(command, env=env)
+
+
+def cmd_check(args) -> int:
+    report = check_notebook(Path(args.notebook), cell_timeout=args.timeout)
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def cmd_release(args) -> int:
+    paths = find_course()
+    authored = build_sources(paths.authoring, paths.source, args.names or None) if paths.authoring.is_dir() else []
+    names = args.names or None
+    for name, changed in release(paths, names):
+        note = "updated" if changed else "unchanged"
+        print(f"{name}: notebooks/{name}.ipynb {note}")
+    if authored:
+        print(f"(source notebooks rebuilt from grading/authoring: {len(authored)})")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    paths = find_course()
+    grades = grade(paths, args.assignment, cell_timeout=args.cell_timeout,
+                   notebook_timeout=args.timeout, jobs=args.jobs)
+    print(format_table(grades))
+    print(f"grades: {(paths.grades / (args.assignment + '.csv')).relative_to(paths.root)}; "
+          f"feedback: {paths.feedback.relative_to(paths.root)}/<student>/{args.assignment}/")
+    failed = [g.student for g in grades if g.status == "FAILED"]
+    if failed:
+        print(f"{len(failed)} submission(s) could not be graded: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _delegate(module: str):
+    def run(args) -> int:
+        import importlib
+
+        try:
+            target = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise UsageError(f"{module} is not available in this version of the course ({exc})") from None
+        return int(target.main(args.rest) or 0)
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    lab = sub.add_parser("lab", help="start JupyterLab on the course notebooks")
+    lab.add_argument("--ip", default="127.0.0.1")
+    lab.add_argument("--port", type=int, default=8888)
+    lab.set_defaults(run=cmd_lab)
+
+    check = sub.add_parser("check", help="run a notebook and report each exercise's visible tests")
+    check.add_argument("notebook")
+    check.add_argument("--timeout", type=int, default=120, help="seconds allowed per cell (default 120)")
+    check.set_defaults(run=cmd_check)
+
+    rel = sub.add_parser("release", help="rebuild and release notebooks into notebooks/")
+    rel.add_argument("names", nargs="*", help="assignments (default: all)")
+    rel.set_defaults(run=cmd_release)
+
+    grd = sub.add_parser("grade", help="autograde grading/submitted/<student>/ASSIGNMENT")
+    grd.add_argument("assignment")
+    grd.add_argument("--cell-timeout", type=int, default=30, help="seconds per cell (default 30)")
+    grd.add_argument("--timeout", type=float, default=900, help="seconds per submission in total (default 900)")
+    grd.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default 2)")
+    grd.set_defaults(run=cmd_grade)
+
+    for name, module, text in (("train", "course_lib.train", "reproduce the shipped course model"),
+                               ("eval", "course_lib.evaluate", "measure the shipped model's quality")):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(run=_delegate(module))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, NotebookError, AuthoringError, UnknownAssignment, NoSubmissions, CourseNotFound) as exc:
+        print(f"course {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except NbgraderFailed as exc:
+        print(f"course {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""``course check``: run a notebook top to bottom in a fresh kernel, report each exercise.
+
+One line per exercise: passed, not attempted, or failed with the test's own message. Cells
+are bounded in time; a dead kernel or a hung cell is reported, never a traceback.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+from course_lib.pipeline.feedback import BEGIN
+from course_lib.pipeline.notebook_io import read_notebook
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class ExerciseResult:
+    exercise: str
+    status: str  # "passed", "failed", "not attempted"
+    message: str = ""
+    hidden: bool = False  # the cell held hidden tests too (only the instructor's source does)
+
+
+@dataclass
+class CheckReport:
+    path: Path
+    exercises: list[ExerciseResult] = field(default_factory=list)
+    other_errors: list[str] = field(default_factory=list)
+    fatal: str = ""  # the kernel died or a cell could not be interrupted
+
+    @property
+    def ok(self) -> bool:
+        return not self.fatal and all(e.status == "passed" for e in self.exercises)
+
+
+def _error(cell) -> tuple[str, str] | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            value = ANSI.sub("", str(output.get("evalue", ""))).strip()
+            return output.get("ename", "Error"), value.splitlines()[0] if value else ""
+    return None
+
+
+def execute(nb, workdir: Path, cell_timeout: int):
+    client = NotebookClient(
+        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+        interrupt_on_timeout=True, record_timing=False,
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": f"the cell ran longer than {cell_timeout} s and was interrupted", "traceback": []},
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    client.execute(stderr=subprocess.DEVNULL)  # the kernel's own start-up chatter is not for learners
+    return nb
+
+
+def summarize(nb, path: Path) -> CheckReport:
+    report = CheckReport(path=path)
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {})
+        role = meta.get("course", {}).get("role")
+        error = _error(cell) if cell.cell_type == "code" else None
+        if role == "tests":
+            hidden = BEGIN in cell.source
+            name = meta["course"]["exercise"]
+            if error is None:
+                report.exercises.append(ExerciseResult(name, "passed", hidden=hidden))
+            elif error[0] == "NotImplementedError":
+                report.exercises.append(ExerciseResult(
+                    name, "not attempted", "replace `raise NotImplementedError()` in its answer cell", hidden))
+            else:
+                message = f"{error[0]}: {error[1]}" if error[1] else error[0]
+                report.exercises.append(ExerciseResult(name, "failed", message, hidden))
+        elif error is not None and error[0] != "NotImplementedError":  # unfinished work is reported above
+            report.other_errors.append(f"cell {index + 1}: {error[0]}: {error[1]}")
+    return report
+
+
+def check_notebook(path: Path | str, *, cell_timeout: int = 120) -> CheckReport:
+    """Run ``path`` in a fresh kernel (cwd = its folder) and summarize its tests.
+
+    Raises NotebookError (from read_notebook) for anything that is not a valid notebook.
+    """
+    path = Path(path)
+    nb = read_notebook(path)
+    try:
+        execute(nb, path.parent.resolve(), cell_timeout)
+    except DeadKernelError:
+        report = summarize(nb, path)
+        report.fatal = "the kernel died while running the notebook (did a cell call os._exit or run out of memory?)"
+        return report
+    except CellTimeoutError:
+        report = summarize(nb, path)
+        report.fatal = f"a cell ran longer than {cell_timeout} s and could not be interrupted"
+        return report
+    return summarize(nb, path)
+
+
+def format_report(report: CheckReport) -> str:
+    lines = [f"{report.path.name}:"]
+    marks = {"passed": "✓", "failed": "✗", "not attempted": "·"}
+    for e in report.exercises:
+        label = e.exercise + (" (visible + hidden tests)" if e.hidden else "")
+        tail = f": {e.message}" if e.message else ""
+        suffix = "" if e.status == "passed" else f" [{e.status}]"
+        lines.append(f"  {marks[e.status]} {label}{suffix}{tail}")
+    for other in report.other_errors:
+        lines.append(f"  ! {other}")
+    if report.fatal:
+        lines.append(f"  ✗ {report.fatal}")
+    passed = sum(e.status == "passed" for e in report.exercises)
+    lines.append(f"{passed} of {len(report.exercises)} exercise checks pass.")
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Build the submissions the grading tests feed to `course grade`, honest and broken."""
+from __future__ import annotations
+
+import copy
+
+import nbformat
+
+
+def _cells(nb, role=None, solution=None):
+    for cell in nb.cells:
+        meta = cell.get("metadata", {})
+        if role and meta.get("course", {}).get("role") != role:
+            continue
+        if solution is not None and bool(meta.get("nbgrader", {}).get("solution")) != solution:
+            continue
+        yield cell
+
+
+def correct(source_nb):
+    """The instructor's solutions in the learner's notebook."""
+    return copy.deepcopy(source_nb)
+
+
+def blank(released_nb):
+    return copy.deepcopy(released_nb)
+
+
+def with_answer(released_nb, source_nb, exercise, code):
+    """The released notebook, all answers from the source except ``exercise`` = ``code``."""
+    nb = copy.deepcopy(released_nb)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in _cells(source_nb, solution=True)}
+    for cell in _cells(nb, solution=True):
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        cell.source = code if grade_id == exercise else answers[grade_id]
+    return nb
+
+
+def prepend_to_first_answer(nb, code):
+    nb = copy.deepcopy(nb)
+    first = next(_cells(nb, solution=True))
+    first.source = code + "\n" + first.source
+    return nb
+
+
+def edit_test_cells(nb, new_source="pass  # tests edited away"):
+    nb = copy.deepcopy(nb)
+    for cell in _cells(nb, role="tests"):
+        cell.source = new_source
+    return nb
+
+
+def delete_test_cells(nb):
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells
+                if c.get("metadata", {}).get("course", {}).get("role") != "tests"]
+    return nb
+
+
+def write(nb, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
