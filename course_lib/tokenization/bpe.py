@@ -64,7 +64,6 @@ class BPETokenizer:
         self.special_tokens: dict[str, int] = dict(special_tokens or {})
         self.vocab: dict[int, bytes] = serialize.build_vocab(self.byte_ids, self.merges, self.special_tokens)
         self._special_by_id = {i: s for s, i in self.special_tokens.items()}
-        self._byte_table = [[i] for i in self.byte_ids]
         # bytes -> lowest ID with those bytes (training can, rarely, build one string twice)
         self._id_by_bytes: dict[bytes, int] = {}
         for token_id in sorted(self.vocab):
@@ -123,11 +122,15 @@ class BPETokenizer:
         return f"<BPETokenizer {self.name!r}: {len(self.merges)} merges, {len(self.special_tokens)} special tokens>"
 
     # ----- encoding -----------------------------------------------------------------------
+    def clear_cache(self) -> None:
+        """Forget the encoded chunks (results never depend on the cache; timings do)."""
+        self._cache.clear()
+
     def _encode_chunk(self, chunk: str) -> list[int]:
         ids = self._cache.get(chunk)
         if ids is None:
-            table = self._byte_table
-            start = [table[b][0] for b in chunk.encode("utf-8")]
+            byte_ids = self.byte_ids
+            start = [byte_ids[b] for b in chunk.encode("utf-8")]
             ids = apply_merges(start, self.merges) if len(start) > 1 else start
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()

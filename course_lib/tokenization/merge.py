@@ -65,15 +65,20 @@ def apply_merges(ids: Sequence[int], merges: Mapping[Pair, int]) -> list[int]:
         return _apply_merges_heap(ids, merges)
     ids = list(ids)
     get = merges.get
-    while len(ids) >= 2:
-        ranks = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:])]
+    # ranks[k] is the rank of the pair (ids[k], ids[k + 1]); a merge changes only its neighbours.
+    ranks = [get(pair, _NO_MERGE) for pair in zip(ids, ids[1:])]
+    while ranks:
         best = min(ranks)
         if best == _NO_MERGE:
             break
-        i = ranks.index(best)
-        # A merged token's rank exceeds its parts' ranks, so no new pair can outrank this one
-        # while we replace the remaining occurrences of the same pair in one sweep.
-        ids = merge_pair(ids, (ids[i], ids[i + 1]), best)
+        i = ranks.index(best)  # leftmost among equal ranks
+        ids[i] = best
+        del ids[i + 1]
+        del ranks[i]
+        if i > 0:
+            ranks[i - 1] = get((ids[i - 1], best), _NO_MERGE)
+        if i < len(ranks):
+            ranks[i] = get((best, ids[i + 1]), _NO_MERGE)
     return ids
 
 

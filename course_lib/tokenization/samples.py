@@ -73,7 +73,7 @@ def synthetic_corpus(n_chars: int, seed: int = 0) -> str:
     if isinstance(n_chars, bool) or not isinstance(n_chars, int) or n_chars < 0:
         raise ValueError(f"n_chars must be a non-negative int, got {n_chars!r}")
     rng = random.Random(seed)
-    invented = ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(2000)]
+    invented = ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(20_000)]
     vocabulary = _WORDS + invented
     # cumulative weights once, not per call: same draws, far less work
     cumulative = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(vocabulary))))

@@ -2,10 +2,10 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenization_corpus import wide_corpus
 
 from course_lib.tokenization import BPETokenizer
 from course_lib.tokenization.merge import _apply_merges_heap, apply_merges
+from tests.tokenization.tokenization_corpus import wide_corpus
 
 CORPUS = wide_corpus()
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
