@@ -101,3 +101,23 @@ def test_cache_does_not_change_results(course_tokenizers, tiktoken_encodings):
 def test_unknown_encoding_name_lists_the_known_ones():
     with pytest.raises(ValueError, match="cl100k_base, o200k_base"):
         BPETokenizer.from_tiktoken("gpt5_base")
+
+
+def test_decode_replaces_invalid_utf8_like_tiktoken(pair):
+    tok, enc = pair
+    ids = enc.encode("🎉中")  # several byte-level tokens, some holding parts of a character
+    for cut in range(len(ids) + 1):
+        assert tok.decode(ids[:cut]) == enc.decode(ids[:cut])
+        assert tok.decode_bytes(ids[:cut]) == enc.decode_bytes(ids[:cut])
+    lone = [tok.byte_ids[0xE4]]  # the first byte of a 3-byte character, alone
+    assert tok.decode(lone) == enc.decode(lone) == "\ufffd"
+
+
+def test_decode_special_ids_and_bad_ids(pair):
+    tok, enc = pair
+    eot = enc.encode("<|endoftext|>", allowed_special="all")
+    assert tok.decode(eot) == enc.decode(eot) == "<|endoftext|>"
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        tok.decode([10**9])
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        tok.decode(["12"])
