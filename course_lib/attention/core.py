@@ -81,7 +81,7 @@ def scaled_dot_product_attention(
     12.69
     """
     _check_qkv(q, k, v)
-    weights = attention_weights(q, k, mask=mask, is_causal=is_causal, scale=scale)  # (..., Tq, Tk)
+    weights = _softmax_weights(q, k, mask, is_causal, scale)  # (..., Tq, Tk)
     return torch.matmul(weights, v.to(weights.dtype)).to(q.dtype)  # (..., Tq, Dv)
 
 
@@ -102,6 +102,11 @@ def attention_weights(
     [[1.0, 0.0], [0.5, 0.5]]
     """
     _check_qkv(q, k, k)
+    return _softmax_weights(q, k, mask, is_causal, scale)
+
+
+def _softmax_weights(q, k, mask, is_causal, scale) -> torch.Tensor:
+    """attention_weights without the input checks (the callers have done them)."""
     n_queries, n_keys = q.shape[-2], k.shape[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

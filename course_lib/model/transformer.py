@@ -169,7 +169,7 @@ class Transformer(nn.Module):
             raise ValueError(f"token ids must have shape (B, T) with T >= 1, got {tuple(idx.shape)}{hint}")
         if idx.device != self.device:
             raise ValueError(f"token ids are on {idx.device} but the model is on {self.device}; move one of them")
-        lo, hi = int(idx.min()), int(idx.max())
+        lo, hi = (int(x) for x in torch.aminmax(idx))  # one pass; needs a device sync either way
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got values from {lo} to {hi}")
         n_new = idx.shape[1]
