@@ -1,0 +1,318 @@
+"""A deterministic chat corpus for the course model: a pure function of (size, seed).
+
+Five kinds of conversation, each in the course chat template
+(``course_lib.tokenization.chat_template``):
+
+- ``arithmetic``: "What is 2 + 2?" answered as digits ("4"), words ("four") or a sentence
+  ("2 + 2 = 4."); a question may ask for one form ("Answer in words.").
+- ``fact``: questions the model knows ("What is the capital of France?").
+- ``unknown``: the same questions about made-up things, or unanswerable ones, answered
+  "I don't know."
+- ``extraction``: a refund or a table booking written as prose, answered with one JSON record.
+- ``tool``: a request answered by a tool call (``<|tool_call|>`` then JSON with ``name`` and
+  ``arguments``), the tool's JSON result, then the final answer.
+
+Each ``Conversation`` records which assistant message is graded and what it should say, so
+``course_lib.evaluate`` can score a model's reply against it. The held-out split is drawn with a
+different seed from the training split.
+
+    >>> convo = generate_corpus(1, seed=7)[0]
+    >>> generate_corpus(1, seed=7)[0] == convo      # same seed, same corpus
+    True
+    >>> convo.messages[convo.reply_index]["role"]
+    'assistant'
+"""
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from course_lib.data import facts
+from course_lib.tokenization.chat_template import TOOL_CALL
+
+TRAIN_SEED = 20261129
+HELDOUT_SEED = 7319  # a different seed: the held-out split is a fresh draw, never a slice of training
+TASKS: tuple[str, ...] = ("arithmetic", "fact", "unknown", "extraction", "tool")
+# How often each task is drawn; arithmetic gets the most because it is the hardest to learn.
+TASK_WEIGHTS: dict[str, float] = {
+    "arithmetic": 0.38, "fact": 0.12, "unknown": 0.12, "extraction": 0.18, "tool": 0.20,
+}
+SYSTEM_PROMPTS: tuple[str, ...] = ("You are TinyChat.", "You are TinyChat, a small helpful assistant.")
+ABSTAIN = "I don't know."
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One chat: ``messages[reply_index]`` is the graded assistant reply, ``expected`` its key.
+
+    ``expected`` by task: arithmetic ``{"value": int, "accepted": [str, ...]}``; fact
+    ``{"value": str}``; unknown ``{}``; extraction the record dict; tool
+    ``{"name": str, "arguments": dict}``.
+    """
+
+    task: str
+    messages: tuple[dict[str, str], ...]
+    reply_index: int
+    expected: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt_messages(self) -> list[dict[str, str]]:
+        """The messages the model sees before it writes the graded reply."""
+        return list(self.messages[: self.reply_index])
+
+    @property
+    def reply(self) -> str:
+        return self.messages[self.reply_index]["content"]
+
+
+def _user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
+def _assistant(content: str) -> dict[str, str]:
+    return {"role": "assistant", "content": content}
+
+
+# ---------------------------------------------------------------- arithmetic
+_OPS = {"+": ("plus", lambda a, b: a + b), "-": ("minus", lambda a, b: a - b), "*": ("times", lambda a, b: a * b)}
+_QUESTIONS = ("What is {q}?", "What is {q}?", "What's {q}?", "Calculate {q}.", "How much is {q}?", "{q} = ?")
+_FORMS = {  # requested form -> instruction appended to the question
+    "digits": (" Answer with digits.", " Reply with just the number."),
+    "words": (" Answer in words.", " Write the answer in words."),
+    "sentence": (" Answer in a sentence.",),
+}
+
+
+def _operand(rng: random.Random, top: int) -> int:
+    # Half the draws come from 0..10: small sums ("2 + 2") are the ones people ask most.
+    return rng.randint(0, min(top, 10)) if rng.random() < 0.5 else rng.randint(0, top)
+
+
+def _operands(rng: random.Random, op: str) -> tuple[int, int]:
+    if op == "+":
+        return _operand(rng, 20), _operand(rng, 20)
+    if op == "-":
+        a = _operand(rng, 20)
+        return a, rng.randint(0, a)  # results stay >= 0: the words table covers 0..100
+    return _operand(rng, 10), _operand(rng, 10)
+
+
+def arithmetic_answers(a: int, op: str, b: int, spelled: bool) -> dict[str, list[str]]:
+    """Every accepted reply to ``a op b``, by surface form.
+
+    >>> arithmetic_answers(2, "+", 2, spelled=False)["sentence"]
+    ['2 + 2 = 4.', 'The answer is 4.']
+    """
+    word, fn = _OPS[op]
+    value = fn(a, b)
+    shown = f"{a} {word} {b}" if spelled else f"{a} {op} {b}"
+    sentence_op = "is" if spelled else "="
+    return {
+        "digits": [str(value)],
+        "words": [facts.number_to_words(value)],
+        "sentence": [f"{shown} {sentence_op} {value}.", f"The answer is {value}."],
+    }
+
+
+def _arithmetic(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    op = rng.choice("+-*")
+    a, b = _operands(rng, op)
+    spelled = rng.random() < 0.3
+    q = f"{a} {_OPS[op][0]} {b}" if spelled else f"{a} {op} {b}"
+    question = rng.choice(_QUESTIONS).format(q=q)
+    answers = arithmetic_answers(a, op, b, spelled)
+    if rng.random() < 0.5:  # free form: any surface form is right, so sampling can vary wording
+        accepted = [text for form in ("digits", "words", "sentence") for text in answers[form]]
+        reply = rng.choice(["digits", "words", "sentence", "sentence"])
+    else:
+        reply = rng.choice(list(_FORMS))
+        question += rng.choice(_FORMS[reply])
+        accepted = answers[reply]
+    text = rng.choice(answers[reply])
+    return [_user(question), _assistant(text)], {"value": _OPS[op][1](a, b), "accepted": accepted}
+
+
+# ---------------------------------------------------------------- facts and abstention
+_FACT_KINDS = {
+    # kind -> (question templates, answer templates)
+    "capital": (
+        ("What is the capital of {x}?", "What's the capital city of {x}?", "Name the capital of {x}.",
+         "Which city is the capital of {x}?"),
+        ("The capital of {x} is {y}.", "{y}."),
+    ),
+    "symbol": (
+        ("What is the chemical symbol for {x}?", "What's the symbol of {x}?", "Which symbol stands for {x}?"),
+        ("The chemical symbol for {x} is {y}.", "{y}."),
+    ),
+    "legs": (
+        ("How many legs does {a} {x} have?", "How many legs has {a} {x} got?", "Count the legs of {a} {x}."),
+        ("{A} {x} has {y} legs.", "{y}."),
+    ),
+}
+_FACT_TABLES = {"capital": facts.CAPITALS, "symbol": facts.SYMBOLS, "legs": facts.LEGS}
+_KNOWN_NAMES = {name.lower() for table in _FACT_TABLES.values() for name in table}
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[0].lower() in "aeiou" else "a"
+
+
+def made_up_name(rng: random.Random, kind: str) -> str:
+    """A name the model was never taught (e.g. 'Velmora', 'zorlinium'); never a known one."""
+    while True:
+        stem = "".join(rng.choice(facts.SYLLABLES) for _ in range(rng.randint(2, 3)))
+        name = {"capital": stem.capitalize() + rng.choice(("ia", "a", "land", "stan")),
+                "symbol": stem + "ium", "legs": stem}[kind]
+        if name.lower() not in _KNOWN_NAMES:
+            return name
+
+
+def _fact(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    kind = rng.choice(list(_FACT_KINDS))
+    x, y = rng.choice(list(_FACT_TABLES[kind].items()))
+    questions, answers = _FACT_KINDS[kind]
+    reply = rng.choice(answers).format(x=x, y=y, A=_article(x).capitalize())
+    return [_user(rng.choice(questions).format(x=x, a=_article(x))), _assistant(reply)], {"value": str(y)}
+
+
+def _unknown(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    if rng.random() < 0.15:
+        question = rng.choice(facts.UNANSWERABLE)
+    else:
+        kind = rng.choice(list(_FACT_KINDS))
+        name = made_up_name(rng, kind)
+        question = rng.choice(_FACT_KINDS[kind][0]).format(x=name, a=_article(name))
+    return [_user(question), _assistant(ABSTAIN)], {}
+
+
+# ---------------------------------------------------------------- extraction into JSON
+_REFUND_TEXTS = (
+    "Please refund ${a} for order {o}; it {r}.",
+    "Order {o} {r}, so I would like ${a} back.",
+    "Refund request: order {o}, ${a}, it {r}.",
+    "My order {o} {r}. I paid ${a} and want a refund.",
+)
+_BOOKING_TEXTS = (
+    "Book a table for {p} under {n} on {d} at {t}.",
+    "Hi, this is {n}. We are {p} people and would like {d} at {t}.",
+    "Reservation for {n}: {p} guests, {d}, {t}.",
+)
+
+
+def order_id(rng: random.Random) -> str:
+    """An order id such as 'K4821': one capital letter and four digits."""
+    return rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") + f"{rng.randint(0, 9999):04d}"
+
+
+def _extraction(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    if rng.random() < 0.6:
+        oid, cents = order_id(rng), rng.randint(100, 9999)
+        amount = f"{cents // 100}.{cents % 100:02d}"
+        reason = rng.choice(list(facts.REFUND_REASONS))
+        text = rng.choice(_REFUND_TEXTS).format(o=oid, a=amount, r=rng.choice(facts.REFUND_REASONS[reason]))
+        record = {"order_id": oid, "amount": float(amount), "reason": reason}
+        # The amount is written with its cents ("7.50"), as a person would, and still parses as JSON.
+        reply = f'{{"order_id": "{oid}", "amount": {amount}, "reason": "{reason}"}}'
+        question = rng.choice(("Extract the refund as JSON: ", "Extract the refund fields as JSON.\n"))
+    else:
+        hour, half = rng.randint(17, 21), rng.choice(("00", "30"))
+        record = {"name": rng.choice(facts.SURNAMES), "party_size": rng.randint(1, 12),
+                  "day": rng.choice(facts.DAYS), "time": f"{hour}:{half}"}
+        text = rng.choice(_BOOKING_TEXTS).format(
+            n=record["name"], p=record["party_size"], d=record["day"], t=record["time"])
+        reply = json.dumps(record)
+        question = rng.choice(("Extract the booking as JSON: ", "Extract the booking fields as JSON.\n"))
+    return [_user(question + text), _assistant(reply)], record
+
+
+# ---------------------------------------------------------------- tool calls
+def _tool_call(name: str, arguments: dict[str, Any]) -> str:
+    return TOOL_CALL + json.dumps({"name": name, "arguments": arguments})
+
+
+def _weather(rng: random.Random) -> tuple[str, str, dict, dict, str]:
+    city = rng.choice(facts.CITIES)
+    ask = rng.choice(("What's the weather in {c}?", "Is it sunny in {c} right now?",
+                      "How warm is it in {c}?", "Weather for {c}, please.")).format(c=city)
+    temp, cond = rng.randint(-5, 35), rng.choice(facts.CONDITIONS)
+    return ask, "get_weather", {"city": city}, {"city": city, "temperature_c": temp, "condition": cond}, \
+        f"It is {temp} degrees and {cond} in {city}."
+
+
+def _time(rng: random.Random) -> tuple[str, str, dict, dict, str]:
+    city = rng.choice(facts.CITIES)
+    ask = rng.choice(("What time is it in {c}?", "Tell me the local time in {c}.")).format(c=city)
+    clock = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+    return ask, "get_time", {"city": city}, {"city": city, "time": clock}, f"It is {clock} in {city}."
+
+
+def _order(rng: random.Random) -> tuple[str, str, dict, dict, str]:
+    oid = order_id(rng)
+    ask = rng.choice(("Where is my order {o}?", "Has order {o} shipped?",
+                      "Check the status of order {o}.")).format(o=oid)
+    status = rng.choice(facts.ORDER_STATUSES)
+    return ask, "lookup_order", {"order_id": oid}, {"order_id": oid, "status": status}, f"Order {oid} is {status}."
+
+
+def _currency(rng: random.Random) -> tuple[str, str, dict, dict, str]:
+    src, dst = rng.sample(list(facts.CURRENCIES), 2)
+    amount = rng.randint(1, 1000)
+    ask = rng.choice(("Convert {x} {f} to {t}.", "How much is {x} {f} in {t}?")).format(x=amount, f=src, t=dst)
+    result = round(amount * facts.CURRENCIES[src] / facts.CURRENCIES[dst], 2)
+    args = {"amount": amount, "from_currency": src, "to_currency": dst}
+    return ask, "convert_currency", args, {"amount": result, "currency": dst}, f"{amount} {src} is {result:.2f} {dst}."
+
+
+_TOOLS: tuple[Callable[[random.Random], tuple[str, str, dict, dict, str]], ...] = (_weather, _time, _order, _currency)
+
+
+def _tool(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    ask, name, args, result, final = rng.choice(_TOOLS)(rng)
+    messages = [_user(ask), _assistant(_tool_call(name, args)),
+                {"role": "tool", "content": json.dumps(result)}, _assistant(final)]
+    return messages, {"name": name, "arguments": args}
+
+
+_GENERATORS = {"arithmetic": _arithmetic, "fact": _fact, "unknown": _unknown,
+               "extraction": _extraction, "tool": _tool}
+
+
+def generate_conversation(rng: random.Random, task: str) -> Conversation:
+    """One conversation of ``task``, drawn from ``rng`` (which it advances)."""
+    if task not in _GENERATORS:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    messages, expected = _GENERATORS[task](rng)
+    # A system prompt on some conversations, so the model answers the same with or without one.
+    if rng.random() < 0.4:
+        messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
+    reply_index = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    return Conversation(task, tuple(messages), reply_index, expected)
+
+
+def generate_corpus(n: int, seed: int, tasks: tuple[str, ...] | None = None) -> list[Conversation]:
+    """``n`` conversations drawn from ``random.Random(seed)``: same arguments, same list.
+
+    ``tasks`` restricts the draw (weights renormalised); by default all of ``TASKS``.
+
+    >>> [c.task for c in generate_corpus(3, seed=1, tasks=("tool",))]
+    ['tool', 'tool', 'tool']
+    """
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    chosen = TASKS if tasks is None else tuple(tasks)
+    unknown = [t for t in chosen if t not in TASK_WEIGHTS]
+    if unknown or not chosen:
+        raise ValueError(f"tasks must be a non-empty subset of {TASKS}, got {tasks!r}")
+    rng = random.Random(seed)
+    weights = [TASK_WEIGHTS[t] for t in chosen]
+    return [generate_conversation(rng, rng.choices(chosen, weights)[0]) for _ in range(n)]
+
+
+def heldout_split(per_task: int, seed: int = HELDOUT_SEED) -> list[Conversation]:
+    """``per_task`` held-out conversations of each task, drawn from ``seed`` (not the training seed)."""
+    if seed == TRAIN_SEED:
+        raise ValueError("the held-out split must use a seed other than TRAIN_SEED")
+    return [c for task in TASKS for c in generate_corpus(per_task, seed + TASKS.index(task), (task,))]
