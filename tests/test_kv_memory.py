@@ -278,7 +278,48 @@ def test_paging_bad_input():
 def test_docstring_examples():
     import doctest
     import importlib
-    for name in ("__init__", "formula", "dtypes", "geometries", "accelerators", "capacity", "paging"):
+    for name in ("__init__", "formula", "dtypes", "geometries", "accelerators", "capacity", "paging",
+                 "append_cache"):
         module = importlib.import_module(f"course_lib.kv_memory.{name}" if name != "__init__" else "course_lib.kv_memory")
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+# --- the course model's real cache, and the one-layer append cache --------------------------
+
+@pytest.mark.parametrize("name", ["tinychat", "test-mha", "test-gqa", "test-mqa"])
+@pytest.mark.parametrize("dtype, bytes_name", [(torch.float32, "fp32"), (torch.bfloat16, "bf16")])
+def test_course_model_cache_bytes_equal_the_formula(name, dtype, bytes_name):
+    from course_lib.model import CONFIGS, Transformer
+
+    config = CONFIGS[name]
+    model = Transformer(config).to(dtype)
+    for batch, length in ((1, None), (3, 40)):
+        cache = model.new_cache(batch, max_seq_len=length)
+        expected = kv_cache_bytes(config.n_layers, config.n_kv_heads, config.head_dim,
+                                  length or config.max_seq_len, bytes_per_element=bytes_name, batch=batch)
+        assert cache.nbytes() == expected
+        # ... and nbytes() is not just the formula again: count the tensors' own bytes.
+        assert sum(t.nbytes for t in (*cache.keys, *cache.values)) == expected
+
+
+def test_layer_cache_append_equals_concatenation():
+    from course_lib.kv_memory import LayerKVCache
+
+    g = torch.Generator().manual_seed(0)
+    cache = LayerKVCache(2, 3, 20, 8)
+    storage = cache.nbytes()
+    ks, vs = [], []
+    for n_new in (5, 1, 1, 4):
+        k = torch.randn(2, 3, n_new, 8, generator=g)
+        v = torch.randn(2, 3, n_new, 8, generator=g)
+        ks.append(k)
+        vs.append(v)
+        keys, values = cache.append(k, v)
+        assert torch.equal(keys, torch.cat(ks, dim=2)) and torch.equal(values, torch.cat(vs, dim=2))
+    assert cache.length == 11 and cache.nbytes() == storage == kv_cache_bytes(1, 3, 8, 20, bytes_per_element=4, batch=2)
+    assert keys.data_ptr() == cache.keys.data_ptr()  # views of the one preallocated tensor
+    with pytest.raises(ValueError, match="cache full"):
+        cache.append(torch.zeros(2, 3, 10, 8), torch.zeros(2, 3, 10, 8))
+    with pytest.raises(ValueError, match="k must have shape"):
+        cache.append(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8))
