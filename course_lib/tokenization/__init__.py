@@ -9,6 +9,7 @@ from course_lib.tokenization.cost import (
     format_cost_table,
     text_cost,
 )
+from course_lib.tokenization.display import token_boundaries_html, token_pieces
 from course_lib.tokenization.offline import (
     KNOWN_ENCODINGS,
     RankFileError,
@@ -31,6 +32,8 @@ __all__ = [
     "format_cost_table",
     "synthetic_corpus",
     "text_cost",
+    "token_boundaries_html",
+    "token_pieces",
     "GPT2_PATTERN",
     "GPT4_PATTERN",
     "KNOWN_ENCODINGS",

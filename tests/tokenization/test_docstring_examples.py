@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-MODULES = ["pretokenize", "merge", "special", "train", "serialize", "cost", "samples"]
+MODULES = ["pretokenize", "merge", "special", "train", "serialize", "cost", "samples", "display"]
 
 
 @pytest.mark.parametrize("name", MODULES)
