@@ -1,0 +1,675 @@
+# %% [markdown]
+# # 02 · Attention and the transformer block
+#
+# Notebook 01 turned text into token IDs. This one follows those IDs into the network and
+# opens up the operation that makes a transformer a transformer: attention. You will write
+# it, mask it, split it into heads, give it a sense of position, and share its keys and
+# values between heads the way modern models do, checking each piece against PyTorch.
+#
+# **By the end of this notebook you can**
+# - compute scaled dot-product attention by hand and say why the scores are divided by
+#   $\sqrt{d_k}$;
+# - build the causal mask, including the shifted version a KV cache needs;
+# - show that attention without positions ignores word order, and explain how rotary
+#   embeddings (RoPE) put order back so that scores depend only on relative distance;
+# - tell multi-head, grouped-query and multi-query attention apart by their cache size;
+# - measure the quadratic cost of the score matrix;
+# - read attention heat maps from the course's own model, and say what they do *not* show.
+
+# %% [setup]
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_lib.attention import MultiHeadAttention, attention_weights, rope_cos_sin, sinusoidal_positions
+from course_lib.checks import attention as check
+from course_lib.model import Transformer, WeightsNotFoundError, get_config, load_model, load_tokenizer
+
+torch.set_num_threads(1)  # small tensors: one thread is faster and steadier on a shared CPU
+
+# %% [markdown]
+# ## The intuition
+#
+# Every position in the sequence asks a question and offers an answer. From its vector $x$
+# it makes three projections:
+#
+# - a **query** $q$: what this position is looking for;
+# - a **key** $k$: what this position can be found by;
+# - a **value** $v$: what this position hands over when it is found.
+#
+# Each query is compared with every key by a dot product. The scores go through a softmax,
+# becoming weights that are positive and sum to 1, and the output at that position is the
+# weighted mix of the values:
+#
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V$$
+#
+# The weights are routing: they decide which values flow where. A transformer block wraps
+# this in a residual connection and a normalization, then does the same again with a small
+# feed-forward network that works on each position separately.
+
+# %% [markdown]
+# ## A worked example, computed live
+#
+# Three tokens, $d_k = 2$. Each row is one position.
+
+# %%
+Q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+K = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+
+scores = Q @ K.T / math.sqrt(Q.shape[-1])  # (3 queries, 3 keys)
+weights = torch.softmax(scores, dim=-1)  # each row sums to 1
+print("scores:\n", scores.numpy().round(3))
+print("weights:\n", weights.numpy().round(3))
+print("output = weights @ V:\n", (weights @ V).numpy().round(3))
+
+# %% [markdown]
+# Query 0 points along the first axis, so it scores highest against keys 0 and 1 and its
+# output leans towards their values. Query 2 matches key 1 best. Nothing here is learned
+# yet: in a model, $Q$, $K$ and $V$ come from multiplying the token vectors by trained
+# matrices.
+#
+# ### Why divide by $\sqrt{d_k}$?
+#
+# If the entries of $q$ and $k$ have variance 1, their dot product is a sum of $d_k$ such
+# products, so its variance is $d_k$. Large scores push the softmax into saturation: one
+# weight near 1, the rest near 0, and gradients that vanish. Dividing by $\sqrt{d_k}$ brings
+# the variance back to 1 whatever the head width.
+
+# %%
+gen = torch.Generator().manual_seed(0)
+print(f"{'d_k':>5} {'std of q.k':>11} {'std after / sqrt(d_k)':>22} {'top softmax weight (raw, 8 keys)':>33}")
+for d in (4, 16, 64, 256, 1024):
+    q = torch.randn(2000, d, generator=gen)
+    k = torch.randn(2000, d, generator=gen)
+    dots = (q * k).sum(-1)
+    raw_top = torch.softmax(dots[:8], dim=0).max().item()
+    print(f"{d:>5} {dots.std().item():>11.2f} {(dots / math.sqrt(d)).std().item():>22.2f} {raw_top:>33.3f}")
+
+# %% [markdown]
+# ### Exercise 1 — scaled dot-product attention
+#
+# Write `scaled_dot_product_attention(q, k, v, mask=None)` for tensors whose last two axes
+# are (positions, features): `q` has shape `(..., Tq, D)`, `k` has `(..., Tk, D)`, `v` has
+# `(..., Tk, Dv)`; any leading axes (batch, heads) just come along. Return `(..., Tq, Dv)`.
+#
+# - Scale the scores by $1/\sqrt{D}$ and take the softmax over the keys (the last axis).
+# - `mask`, when given, is a boolean tensor that broadcasts to `(..., Tq, Tk)`; `True` means
+#   "may attend". Hidden positions must get exactly zero weight (set their score to $-\infty$
+#   before the softmax). Every row of the masks used here keeps at least one key.
+# - Scores can be large; `torch.softmax` is stable, a hand-written `exp` must subtract the
+#   row maximum first.
+# - Write it with tensor operations; do **not** call `torch.nn.functional.scaled_dot_product_attention`,
+#   which is what the tests compare you with.
+
+# %% [solution] scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v  # (..., Tq, Dv)
+    ### END SOLUTION
+
+# %% [tests] scaled_dot_product_attention
+check.scaled_dot_product_attention(scaled_dot_product_attention)
+
+# %% [hidden] scaled_dot_product_attention points=3
+import random
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)  # a fresh copy, whatever was patched
+from course_lib.checks.integrity import Guard
+
+guard = Guard(trust=("torch.nn.functional.scaled_dot_product_attention",))
+_torch_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+def _calls_torch_sdpa(fn, *args, **kwargs):
+    seen = []
+
+    def watch(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") == "scaled_dot_product_attention":
+            seen.append(True)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.setprofile(previous)
+    return bool(seen)
+
+
+rng = random.Random(2026_02)
+for case in range(12):
+    g = torch.Generator().manual_seed(case)
+    batch = [rng.randint(1, 3) for _ in range(rng.randint(0, 2))]
+    n_q, n_k, d, dv = rng.randint(1, 9), rng.randint(1, 9), rng.choice([1, 4, 8, 16]), rng.choice([2, 5, 8])
+    q, k, v = (torch.randn(*batch, n_q, d, generator=g), torch.randn(*batch, n_k, d, generator=g),
+               torch.randn(*batch, n_k, dv, generator=g))
+    if case % 3 == 2:
+        q = q * 40.0  # large scores: a softmax without the max shift overflows
+    mask = None
+    if case % 2:
+        mask = torch.rand(n_q, n_k, generator=g) > 0.5
+        mask[torch.arange(n_q), torch.randint(0, n_k, (n_q,), generator=g)] = True  # every row keeps a key
+    expected = _torch_sdpa(q, k, v, attn_mask=mask)
+    got = guard.call(scaled_dot_product_attention, q, k, v, mask=mask)
+    assert tuple(got.shape) == tuple(expected.shape), f"case {case}: the output shape is wrong"
+    guard.assert_close(f"attention case {case}", got, expected, tol=1e-4)
+q, k, v = torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+assert not _calls_torch_sdpa(scaled_dot_product_attention, q, k, v), \
+    "write attention yourself instead of calling torch's scaled_dot_product_attention"
+
+# %% [markdown]
+# ## The causal mask
+#
+# A language model predicts each token from the ones before it. During training the whole
+# sequence goes through in one pass, so something must stop position $i$ from reading
+# positions after $i$: that is the **causal mask**, `True` on and below the diagonal. It is
+# what lets one forward pass train every position at once (each row is its own
+# "predict the next token" problem), and what makes decoding honest, since the future does
+# not exist yet.
+#
+# With a KV cache (notebook 03) the model runs on only the newest token(s) while the keys of
+# the earlier ones are stored. Then there are fewer queries than keys, and the queries are
+# the **last** positions: query $i$ sits at absolute position $T_k - T_q + i$.
+#
+# ### Exercise 2 — the causal mask
+#
+# Write `causal_mask(n_queries, n_keys=None)` returning a boolean tensor of shape
+# `(n_queries, n_keys)` (`n_keys` defaults to `n_queries`) that is `True` where a query may
+# look at a key: key position $\le$ the query's absolute position $n_{keys} - n_{queries} + i$.
+# More queries than keys makes no sense here: raise `ValueError`.
+
+# %% [solution] causal_mask
+def causal_mask(n_queries, n_keys=None):
+    ### BEGIN SOLUTION
+    n_keys = n_queries if n_keys is None else n_keys
+    if n_queries > n_keys:
+        raise ValueError(f"{n_queries} queries cannot be the last positions of {n_keys} keys")
+    query_pos = torch.arange(n_queries).unsqueeze(1) + (n_keys - n_queries)  # (Tq, 1)
+    return torch.arange(n_keys).unsqueeze(0) <= query_pos  # (Tq, Tk)
+    ### END SOLUTION
+
+# %% [tests] causal_mask
+check.causal_mask(causal_mask)
+
+# %% [hidden] causal_mask points=2
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard(trust=("torch.nn.functional.scaled_dot_product_attention", "torch.tril"))
+for n_q, n_k in [(1, 1), (5, None), (1, 7), (3, 3), (4, 9), (16, 16), (2, 30)]:
+    got = guard.call(causal_mask, n_q) if n_k is None else guard.call(causal_mask, n_q, n_k)
+    n_k = n_q if n_k is None else n_k
+    assert got.dtype == torch.bool, "causal_mask must return a boolean tensor"
+    assert tuple(got.shape) == (n_q, n_k), f"causal_mask({n_q}, {n_k}) has the wrong shape"
+    expected = torch.tril(torch.ones(n_q, n_k, dtype=torch.bool), diagonal=n_k - n_q)
+    assert torch.equal(got, expected), f"causal_mask({n_q}, {n_k}) marks the wrong entries"
+g = torch.Generator().manual_seed(7)
+q, k, v = (torch.randn(2, 3, 10, 8, generator=g) for _ in range(3))
+guard.assert_close("masking equals torch's is_causal", torch.nn.functional.scaled_dot_product_attention(
+    q, k, v, attn_mask=guard.call(causal_mask, 10)),
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), tol=1e-5)
+for n_q, n_k in [(3, 2), (10, 1)]:
+    try:
+        guard.call(causal_mask, n_q, n_k)
+    except ValueError:
+        continue
+    raise AssertionError(f"causal_mask({n_q}, {n_k}) must raise ValueError")
+
+# %% [markdown]
+# The mask at work in a real attention layer: change the last three tokens of a sequence and
+# the outputs at the earlier positions do not move at all.
+
+# %%
+torch.manual_seed(0)
+layer = MultiHeadAttention(d_model=32, n_heads=4)
+x = torch.randn(1, 8, 32)
+x_changed = x.clone()
+x_changed[:, 5:] = torch.randn(1, 3, 32)
+with torch.no_grad():
+    before, after = layer(x, is_causal=True), layer(x_changed, is_causal=True)
+print("largest change at positions 0-4:", (before[:, :5] - after[:, :5]).abs().max().item())
+print("largest change at positions 5-7:", (before[:, 5:] - after[:, 5:]).abs().max().item())
+
+# %% [markdown]
+# ## Attention has no sense of order
+#
+# Nothing in $\mathrm{softmax}(QK^\top)V$ knows which position is which. Shuffle the input
+# rows and the output rows are shuffled the same way, otherwise unchanged: attention is
+# **permutation-equivariant**. "Dog bites man" and "man bites dog" would look alike. Here
+# it is, live, on a layer without positional information and without the causal mask:
+
+# %%
+perm = torch.randperm(8, generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    out = layer(x, is_causal=False)
+    out_of_shuffled = layer(x[:, perm], is_causal=False)
+print("permutation:", perm.tolist())
+print("max |f(shuffled x) - shuffled f(x)| =", (out_of_shuffled - out[:, perm]).abs().max().item())
+
+# %% [markdown]
+# ## Heads
+#
+# One attention pattern per layer is limiting: a token may need to look at its subject and,
+# separately, at the previous token. **Multi-head attention** cuts the $d_{model}$ features
+# into $H$ slices of width $D = d_{model} / H$ and runs attention on each slice in parallel;
+# the results are glued back together and mixed by an output projection. The cost is about
+# the same as one wide head, because each head is narrower.
+#
+# ### Exercise 3 — splitting and merging heads
+#
+# Write `split_heads(x, n_heads)`: `(B, T, H*D)` → `(B, H, T, D)`, where head $h$ gets the
+# features $hD \dots (h+1)D - 1$; raise `ValueError` when the feature size is not divisible
+# by `n_heads`. And `merge_heads(x)`: `(B, H, T, D)` → `(B, T, H*D)`, the exact inverse.
+# (Hint: `view` into `(B, T, H, D)`, then `transpose`; for the inverse, `transpose` back and
+# `reshape`.)
+
+# %% [solution] split_merge_heads
+def split_heads(x, n_heads):
+    ### BEGIN SOLUTION
+    batch, seq, width = x.shape
+    if width % n_heads:
+        raise ValueError(f"{width} features do not split into {n_heads} heads")
+    return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (B, H, T, D)
+    ### END SOLUTION
+
+
+def merge_heads(x):
+    ### BEGIN SOLUTION
+    batch, n_heads, seq, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, n_heads * head_dim)  # (B, T, H*D)
+    ### END SOLUTION
+
+# %% [tests] split_merge_heads
+check.split_merge_heads(split_heads, merge_heads)
+
+# %% [hidden] split_merge_heads points=2
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard(trust=("torch.nn.MultiheadAttention", "torch.nn.functional.scaled_dot_product_attention"))
+for b, t, h, d in [(1, 1, 1, 4), (2, 5, 4, 8), (3, 7, 2, 3), (1, 9, 8, 2)]:
+    x = torch.randn(b, t, h * d, generator=torch.Generator().manual_seed(b * 100 + t))
+    got = guard.call(split_heads, x, h)
+    assert tuple(got.shape) == (b, h, t, d), f"split_heads gives the wrong shape for {(b, t, h * d)} into {h}"
+    assert torch.equal(got, x.reshape(b, t, h, d).permute(0, 2, 1, 3)), "split_heads puts features in the wrong heads"
+    y = torch.randn(b, h, t, d, generator=torch.Generator().manual_seed(7))
+    merged = guard.call(merge_heads, y)
+    assert torch.equal(merged, y.permute(0, 2, 1, 3).reshape(b, t, h * d)), "merge_heads orders features wrongly"
+    assert torch.equal(guard.call(merge_heads, guard.call(split_heads, x, h)), x), "merge_heads does not undo split_heads"
+try:
+    guard.call(split_heads, torch.randn(1, 2, 10), 4)
+except ValueError:
+    pass
+else:
+    raise AssertionError("split_heads must raise ValueError when the width does not divide")
+# Your helpers inside a full multi-head layer equal torch's own nn.MultiheadAttention.
+torch.manual_seed(3)
+reference = torch.nn.MultiheadAttention(24, 3, bias=False, batch_first=True)
+x = torch.randn(2, 6, 24)
+w_q, w_k, w_v = reference.in_proj_weight.detach().chunk(3)
+heads = [guard.call(split_heads, x @ w.T, 3) for w in (w_q, w_k, w_v)]
+ours = guard.call(merge_heads, torch.nn.functional.scaled_dot_product_attention(*heads)) @ reference.out_proj.weight.detach().T
+expected = reference(x, x, x, need_weights=False)[0].detach()
+guard.assert_close("multi-head layer built from your helpers", ours, expected, tol=1e-5)
+
+# %% [markdown]
+# ## Putting order back: positions
+#
+# Three common answers to "where is this token?":
+#
+# - **Learned absolute** embeddings: one trained vector per position, added to the token
+#   vector (GPT-2). Simple, but nothing is known about positions beyond the trained length.
+# - **Sinusoidal** embeddings: a fixed vector of sines and cosines at geometrically spaced
+#   frequencies, also added to the input (the original transformer).
+# - **Rotary** embeddings (RoPE): instead of adding anything, rotate each query and key by an
+#   angle proportional to its position. Most current open models (Llama, Mistral, Qwen) use it.
+
+# %%
+table = sinusoidal_positions(64, 32)
+plt.figure(figsize=(6, 2.5))
+plt.imshow(table.T, aspect="auto", cmap="RdBu")
+plt.xlabel("position")
+plt.ylabel("feature")
+plt.title("Sinusoidal positions: fast waves in low features, slow in high ones")
+plt.colorbar()
+plt.show()
+
+# %% [markdown]
+# ### Rotary embeddings
+#
+# Split the $D$ features of a query (or key) into $D/2$ pairs, feature $i$ with feature
+# $i + D/2$ (the "rotate-half" layout that Llama checkpoints use). Treat each pair as a point
+# in a plane and rotate it by the angle $p\,\theta_i$, where $p$ is the position and
+# $\theta_i = \text{theta}^{-2i/D}$ with theta = 10000 by default:
+#
+# $$\begin{pmatrix} x'_i \\ x'_{i+D/2} \end{pmatrix} =
+# \begin{pmatrix} \cos p\theta_i & -\sin p\theta_i \\ \sin p\theta_i & \cos p\theta_i \end{pmatrix}
+# \begin{pmatrix} x_i \\ x_{i+D/2} \end{pmatrix}$$
+#
+# Rotating $q$ by angle $a$ and $k$ by angle $b$ leaves $q \cdot k$ depending only on $a - b$,
+# so the score between two tokens depends on how far apart they are, not on where they sit.
+#
+# ### Exercise 4 — rotary embedding
+#
+# Write `apply_rope(x, positions, theta=10000.0)`: `x` has shape `(..., T, D)` with $D$ even,
+# `positions` is an integer tensor of shape `(T,)`. Rotate every pair as above and return a
+# tensor of the same shape and dtype. Work out the angles in at least float32.
+# (Hint: with `cos` and `sin` tables of shape `(T, D)` whose two halves repeat the same
+# angles, the whole rotation is `x * cos + rotate_half(x) * sin`, where
+# `rotate_half([a, b]) = [-b, a]` on the two halves of the last axis.)
+
+# %% [solution] apply_rope
+def apply_rope(x, positions, theta=10000.0):
+    ### BEGIN SOLUTION
+    d = x.shape[-1]
+    speeds = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (D/2,)
+    angles = positions.to(torch.float64).unsqueeze(1) * speeds  # (T, D/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (T, D)
+    half = d // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * angles.cos().to(x.dtype) + rotated * angles.sin().to(x.dtype)).to(x.dtype)
+    ### END SOLUTION
+
+# %% [tests] apply_rope
+check.apply_rope(apply_rope)
+
+# %% [hidden] apply_rope points=3
+import random
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+
+
+def _rope_by_complex_numbers(x, positions, theta):
+    """An independent formulation: pair (x_i, x_{i+D/2}) is the complex number x_i + j x_{i+D/2}."""
+    d = x.shape[-1]
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2:].double())  # (..., T, D/2)
+    speeds = torch.tensor([theta ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)
+    turn = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
+                       positions.double().unsqueeze(1) * speeds)  # e^{j p theta_i}
+    w = z * turn
+    return torch.cat([w.real, w.imag], dim=-1)
+
+
+rng = random.Random(4)
+for case in range(10):
+    d = rng.choice([2, 4, 8, 16, 64])
+    t = rng.randint(1, 6)
+    theta = rng.choice([10000.0, 500.0, 1e6])
+    batch = [rng.randint(1, 3) for _ in range(rng.randint(0, 2))]
+    x = torch.randn(*batch, t, d, generator=torch.Generator().manual_seed(case))
+    positions = torch.tensor([rng.randint(0, 400) for _ in range(t)])
+    got = guard.call(apply_rope, x, positions, theta=theta)
+    assert tuple(got.shape) == tuple(x.shape) and got.dtype == x.dtype, "apply_rope must keep shape and dtype"
+    guard.assert_close(f"rope case {case} (D={d}, theta={theta})", got, _rope_by_complex_numbers(x, positions, theta), tol=1e-4)
+q, k = torch.randn(3, 32, dtype=torch.float64), torch.randn(3, 32, dtype=torch.float64)
+for m, n, shift in [(0, 0, 50), (7, 2, 100), (2, 7, 31), (100, 0, 250)]:
+    near = (guard.call(apply_rope, q, torch.tensor([m] * 3)) * guard.call(apply_rope, k, torch.tensor([n] * 3))).sum(-1)
+    far = (guard.call(apply_rope, q, torch.tensor([m + shift] * 3)) * guard.call(apply_rope, k, torch.tensor([n + shift] * 3))).sum(-1)
+    guard.assert_close(f"relative offset {m - n} kept after shifting by {shift}", far, near, tol=1e-6)
+
+# %% [markdown]
+# The relative-offset property, seen directly: one fixed query and key, placed at many
+# absolute positions but always 3 apart, give the same score; placed further apart, the
+# score changes. (This uses the course's reference tables, `rope_cos_sin`.)
+
+# %%
+def rope_reference(v, positions, scaling=1.0):
+    cos, sin = rope_cos_sin(positions, v.shape[-1], scaling=scaling)
+    half = v.shape[-1] // 2
+    return v * cos + torch.cat([-v[..., half:], v[..., :half]], dim=-1) * sin
+
+
+g = torch.Generator().manual_seed(5)
+q_vec, k_vec = torch.randn(64, generator=g), torch.randn(64, generator=g)
+for start in (0, 10, 200):
+    pos_q, pos_k = torch.tensor([start + 3]), torch.tensor([start])
+    print(f"query at {start + 3:>3}, key at {start:>3}: score = "
+          f"{(rope_reference(q_vec, pos_q) * rope_reference(k_vec, pos_k)).sum().item():.5f}")
+offsets = torch.arange(0, 200)
+by_offset = [(rope_reference(q_vec, torch.tensor([int(o)])) * rope_reference(k_vec, torch.tensor([0]))).sum().item()
+             for o in offsets]
+plt.figure(figsize=(6, 2.5))
+plt.plot(offsets, by_offset)
+plt.xlabel("offset between query and key")
+plt.ylabel("q . k")
+plt.title("With RoPE the score is a function of the offset alone")
+plt.show()
+
+# %% [markdown]
+# **RoPE scaling.** A model trained on 4k positions has never seen the angles that position
+# 16k produces. The simplest way to stretch it is *linear position interpolation*: divide
+# every position by a factor $s$ (here 4) so that 16k maps onto angles already seen during
+# training, then fine-tune briefly. Position 400 at $s = 4$ gets exactly the angles of
+# position 100 at $s = 1$. Other schemes (NTK-aware, YaRN) rescale the frequencies unevenly,
+# but the idea is the same: context extension is mostly done by changing these angles.
+
+# %%
+same = torch.allclose(rope_reference(q_vec, torch.tensor([400]), scaling=4.0), rope_reference(q_vec, torch.tensor([100])))
+print("position 400 at scaling 4 == position 100 unscaled:", same)
+
+# %% [markdown]
+# ## Sharing keys and values: MHA, GQA, MQA
+#
+# At decode time each layer stores the keys and values of every past token (the KV cache of
+# notebook 03), and that cache is what fills accelerator memory. Keeping all $H$ query heads
+# but fewer key/value heads shrinks it:
+#
+# - **MHA** (multi-head): $H$ key/value heads, one per query head;
+# - **GQA** (grouped-query): $H_{kv}$ key/value heads, each shared by a group of
+#   $H / H_{kv}$ consecutive query heads (Llama 3 uses 8 KV heads);
+# - **MQA** (multi-query): a single key/value head shared by all queries.
+#
+# ### Exercise 5 — key/value sharing for GQA
+#
+# Write `repeat_kv(x, n_rep)`: `(B, H_kv, T, D)` → `(B, H_kv * n_rep, T, D)`, repeating each
+# key/value head `n_rep` times in place, so that query head $h$ reads key/value head
+# $\lfloor h / n_{rep} \rfloor$ (heads `[a, b]` become `[a, a, b, b]` for `n_rep = 2`, not
+# `[a, b, a, b]`). `n_rep = 1` returns the input unchanged; `n_rep < 1` raises `ValueError`.
+
+# %% [solution] repeat_kv
+def repeat_kv(x, n_rep):
+    ### BEGIN SOLUTION
+    if n_rep < 1:
+        raise ValueError(f"n_rep must be at least 1, got {n_rep}")
+    batch, n_kv, seq, head_dim = x.shape
+    x = x[:, :, None].expand(batch, n_kv, n_rep, seq, head_dim)  # (B, Hkv, n_rep, T, D)
+    return x.reshape(batch, n_kv * n_rep, seq, head_dim)  # (B, H, T, D)
+    ### END SOLUTION
+
+# %% [tests] repeat_kv
+check.repeat_kv(repeat_kv)
+
+# %% [hidden] repeat_kv points=2
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard(trust=("torch.nn.functional.scaled_dot_product_attention", "torch.repeat_interleave"))
+for b, h_kv, n_rep, t, d in [(1, 1, 8, 4, 2), (2, 2, 4, 5, 8), (3, 4, 1, 2, 4), (1, 3, 2, 6, 16)]:
+    gen = torch.Generator().manual_seed(b + h_kv + n_rep)
+    k = torch.randn(b, h_kv, t, d, generator=gen)
+    got = guard.call(repeat_kv, k, n_rep)
+    assert tuple(got.shape) == (b, h_kv * n_rep, t, d), "repeat_kv gives the wrong shape"
+    assert torch.equal(got, torch.repeat_interleave(k, n_rep, dim=1)), "repeat_kv orders the heads wrongly"
+    q, v = torch.randn(b, h_kv * n_rep, t, d, generator=gen), torch.randn(b, h_kv, t, d, generator=gen)
+    guard.assert_close("GQA through repeat_kv equals torch's enable_gqa",
+                       torch.nn.functional.scaled_dot_product_attention(q, got, guard.call(repeat_kv, v, n_rep), is_causal=True),
+                       torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), tol=1e-5)
+for bad in (0, -2):
+    try:
+        guard.call(repeat_kv, torch.randn(1, 2, 3, 4), bad)
+    except ValueError:
+        continue
+    raise AssertionError(f"repeat_kv(x, {bad}) must raise ValueError")
+
+# %% [markdown]
+# What the sharing buys, in cache bytes per token for the course model's geometry (8 query
+# heads, head width 32, 4 layers, float32): K and V, times layers, times KV heads, times
+# head width, times bytes per number.
+
+# %%
+base = get_config("tinychat")
+for label, n_kv in (("MHA", base.n_heads), ("GQA", base.n_kv_heads), ("MQA", 1)):
+    per_token = 2 * base.n_layers * n_kv * base.head_dim * 4
+    print(f"{label}: {n_kv} KV heads -> {per_token:>6,} bytes per token, "
+          f"{per_token * base.max_seq_len / 2**20:.2f} MiB for a full {base.max_seq_len}-token context")
+
+# %% [markdown]
+# ## The quadratic cost, measured
+#
+# The score matrix has one entry per (query, key) pair: $n^2$ of them for $n$ tokens. Double
+# the context and the score work and memory grow fourfold; going from a 4k to an 8k context
+# makes that part of prefill 4× larger. The timings below are from this machine (4 heads,
+# head width 64, float32, best of 3), so expect some noise.
+
+# %%
+lengths = [256, 512, 1024, 2048]
+seconds, mebibytes = [], []
+for n in lengths:
+    q, k = torch.randn(1, 4, n, 64), torch.randn(1, 4, n, 64)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        w = torch.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1)  # (1, 4, n, n)
+        best = min(best, time.perf_counter() - start)
+    seconds.append(best)
+    mebibytes.append(w.numel() * w.element_size() / 2**20)
+    del w
+for i, n in enumerate(lengths):
+    growth = "" if i == 0 else f"  x{seconds[i] / seconds[i - 1]:.1f} time, x{mebibytes[i] / mebibytes[i - 1]:.0f} memory"
+    print(f"n = {n:>5}: {seconds[i] * 1e3:7.2f} ms, scores {mebibytes[i]:7.1f} MiB{growth}")
+
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.loglog(lengths, seconds, "o-", label="measured time")
+ax.loglog(lengths, [seconds[0] * (n / lengths[0]) ** 2 for n in lengths], "--", label="n^2 from the first point")
+ax.set_xlabel("sequence length n")
+ax.set_ylabel("seconds")
+ax.legend()
+ax.set_title("Attention scores grow as n^2")
+plt.show()
+
+# %% [markdown]
+# Tiled attention (FlashAttention's idea, in `course_lib.attention.tiled_attention`) computes
+# exactly the same result without ever holding the whole $n \times n$ matrix: it streams
+# keys in blocks and keeps a running maximum and running sum for the softmax. The work stays
+# quadratic; the memory becomes linear. Notebook 06 measures it.
+
+# %% [markdown]
+# ## The course model
+#
+# The package ships a small decoder-only transformer in the Llama style:
+#
+# - token embedding → $L$ blocks → final RMSNorm → output head (logits over the vocabulary);
+# - each block: `x + attention(RMSNorm(x))`, then `x + MLP(RMSNorm(x))`;
+# - RMSNorm rescales each vector to unit root-mean-square (no mean subtraction, no bias);
+# - attention uses RoPE and grouped-query attention;
+# - the MLP is gated: `down(silu(gate(x)) * up(x))`.
+#
+# The next cell loads the trained weights if they are installed, and otherwise builds the
+# same architecture with seeded random weights, saying which one you are looking at.
+
+# %%
+try:
+    model = load_model("tinychat", device="cpu")
+    source = "trained tinychat weights"
+except WeightsNotFoundError:
+    model = Transformer(get_config("tinychat"), generator=torch.Generator().manual_seed(0)).eval()
+    source = "RANDOM weights (the trained model is not installed yet: run `course train`)"
+try:
+    tokenizer = load_tokenizer("tinychat")
+except (WeightsNotFoundError, ImportError):
+    tokenizer = None
+cfg = model.config
+print(f"model: {source}")
+print(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query heads, {cfg.n_kv_heads} KV heads, "
+      f"head width {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.max_seq_len}, "
+      f"{model.num_parameters():,} parameters")
+
+# %% [markdown]
+# ### Attention heat maps
+#
+# Each panel shows one head: row $i$ is the distribution of query $i$ over the keys. The
+# upper triangle is empty because of the causal mask. With trained weights you typically see
+# heads that look at the previous token, heads that stay on the first token (a common
+# "resting place"), and heads that follow the structure of the chat template. With random
+# weights the patterns are close to uniform over the visible keys.
+
+# %%
+text = "<|user|>What is 2 + 2?<|end|><|assistant|>"
+if tokenizer is not None:
+    ids = tokenizer.encode(text, allowed_special="all")
+    labels = [tokenizer.decode([i]) for i in ids]
+else:
+    ids = torch.randint(0, cfg.vocab_size, (16,), generator=torch.Generator().manual_seed(0)).tolist()
+    labels = [str(i) for i in ids]
+maps = model.attention_maps(torch.tensor([ids]))  # one (1, H, T, T) tensor per layer
+layers_to_show = [0, cfg.n_layers - 1]
+fig, axes = plt.subplots(len(layers_to_show), 4, figsize=(12, 6))
+for row, layer_idx in enumerate(layers_to_show):
+    for head in range(4):
+        ax = axes[row, head]
+        ax.imshow(maps[layer_idx][0, head], cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"layer {layer_idx}, head {head}", fontsize=9)
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
+fig.suptitle(f"Attention weights ({source.split(' (')[0]})")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# A caution that matters in interviews and in practice: attention weights show where
+# information was *routed* in one layer, not *why* the model produced its output. Values are
+# mixed, passed through MLPs and later layers, and a small weight on a large value can matter
+# more than a large weight on a small one. Treat heat maps as a view of routing, not as an
+# explanation.
+
+# %% [markdown]
+# ## Interview probes
+#
+# **"Why divide by $\sqrt{d_k}$?"**
+# - *Strong:* dot products of $d_k$-dimensional vectors with unit-variance entries have
+#   variance $d_k$; unscaled, the softmax saturates (near one-hot), gradients vanish and
+#   training stalls; the scale keeps the score variance near 1 for any head width.
+# - *Weak:* "to normalise things" or "it makes it faster".
+#
+# **"What do grouped-query and multi-query attention trade?"**
+# - *Strong:* fewer key/value heads shrink the KV cache (and the bytes read per decode step)
+#   by $H / H_{kv}$, so more sequences fit and decode is faster; the price is a little
+#   quality, usually small for GQA, larger for MQA; the query heads are untouched.
+# - *Weak:* "it has fewer heads, so it is smaller", with no mention of the cache.
+#
+# **"Is the model reasoning, or pattern-matching?"**
+# - *Strong:* separates what can be observed from what is claimed. Observable: outputs are
+#   conditioned on the context, and writing out intermediate steps measurably improves some
+#   tasks. Claims about the internal algorithm need evidence (probing, interventions), and
+#   attention maps are not that evidence. Answers in terms of measured behaviour on held-out
+#   tasks rather than a verdict.
+# - *Weak:* a confident "yes, it reasons" or "no, it is just autocomplete", with nothing
+#   that could be checked.
+#
+# ## Recap
+# - Attention is softmax($QK^\top/\sqrt{d_k}$)$V$: scores, weights that sum to 1, a mix of values.
+# - The causal mask lets one pass train every position and keeps decoding from reading
+#   the future; with a cache, queries are the last positions.
+# - Without positions attention ignores order; RoPE rotates queries and keys so that scores
+#   depend only on relative offsets, and rescaling its angles is how contexts get extended.
+# - Heads split the features; GQA and MQA share keys and values among query heads and shrink
+#   the cache, which is where notebook 03 goes next.
+# - The score matrix is $n \times n$: doubling the context quadruples that work.
