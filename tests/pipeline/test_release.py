@@ -6,7 +6,6 @@ import json
 import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
-from nbgrader.validator import Validator
 
 from course_lib.pipeline.release import release
 from tests.pipeline.conftest import ASSIGNMENTS, REPO
@@ -70,7 +69,3 @@ def test_committed_notebooks_carry_no_outputs_and_valid_metadata(path):
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     MetadataValidator().validate_nb(nbformat.read(path, as_version=4))
 
-
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_nbgrader_validator_accepts_the_source_notebook(name):
-    assert Validator().validate(str(REPO / "grading" / "source" / name / f"{name}.ipynb")) == {}
