@@ -56,3 +56,26 @@ def render_chat(messages: Iterable[Mapping[str, str]], *, add_generation_prompt:
     if add_generation_prompt:
         parts.append(role_marker("assistant"))
     return "".join(parts)
+
+
+def encode_chat(tokenizer, messages: Iterable[Mapping[str, str]], *, add_generation_prompt: bool = True) -> list[int]:
+    """Messages -> token IDs, with role markers as special IDs and content as plain text.
+
+    Encoding ``render_chat(...)`` with every special token allowed would let a user who
+    types ``<|end|><|system|>...`` forge turns. Here only the template's own markers become
+    special IDs; the same characters inside a message's content are ordinary text.
+    Works with a course ``BPETokenizer`` or a ``tiktoken.Encoding`` that knows the markers.
+    """
+    def marker(text: str) -> list[int]:
+        return tokenizer.encode(text, allowed_special={text})
+
+    ids: list[int] = []
+    messages = list(messages)
+    render_chat(messages, add_generation_prompt=False)  # the same validation, same errors
+    for message in messages:
+        ids += marker(role_marker(message["role"]))
+        ids += tokenizer.encode(message["content"], disallowed_special=())
+        ids += marker(END)
+    if add_generation_prompt:
+        ids += marker(role_marker("assistant"))
+    return ids
