@@ -28,14 +28,16 @@ def scaled_dot_product_attention(fn) -> None:
     expect_close("one query, two keys (worked example)", fn(q, k, v), [[w * 10 + (1 - w) * 20]], atol=1e-4,
                  hint="scores = q @ k^T / sqrt(D), softmax over the keys, then weights @ v")
     q, k, v = _qkv(0, 2, 5, 8, n_keys=6, dv=3)
-    expect_close("matches torch SDPA, shape (2, 5, 8) x (2, 6, 8)", fn(q, k, v),
-                 F.scaled_dot_product_attention(q, k, v), atol=1e-5,
-                 hint="softmax over the last axis (the keys); value width may differ from D")
+    got = fn(q, k, v)
+    expect_equal("output shape for q (2, 5, 8), k (2, 6, 8), v (2, 6, 3)", tuple(got.shape), (2, 5, 3),
+                 hint="the result has one row per query and the width of v")
+    expect_close("matches torch SDPA", got.flatten(), F.scaled_dot_product_attention(q, k, v).flatten(), atol=1e-5,
+                 hint="softmax over the last axis (the keys)")
     keep = torch.ones(5, 6, dtype=torch.bool)
     keep[:, 2] = False
     keep[0, 3:] = False
-    expect_close("a boolean keep-mask hides keys", fn(q, k, v, mask=keep),
-                 F.scaled_dot_product_attention(q, k, v, attn_mask=keep), atol=1e-5,
+    expect_close("a boolean keep-mask hides keys", fn(q, k, v, mask=keep).flatten(),
+                 F.scaled_dot_product_attention(q, k, v, attn_mask=keep).flatten(), atol=1e-5,
                  hint="set the scores where mask is False to -inf before the softmax")
 
 
@@ -46,8 +48,9 @@ def causal_mask(fn) -> None:
                  torch.ones(2, 4, dtype=torch.bool).tril(diagonal=2),
                  hint="the queries are the LAST positions: query i sits at position n_keys - n_queries + i")
     q, k, v = _qkv(1, 2, 6, 8)
-    expect_close("as a mask, equals torch's is_causal=True", F.scaled_dot_product_attention(q, k, v, attn_mask=fn(6)),
-                 F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+    expect_close("as a mask, equals torch's is_causal=True",
+                 F.scaled_dot_product_attention(q, k, v, attn_mask=fn(6)).flatten(),
+                 F.scaled_dot_product_attention(q, k, v, is_causal=True).flatten(), atol=1e-5)
     expect_raises("more queries than keys is an error", lambda: fn(4, 2), ValueError)
 
 
@@ -58,7 +61,7 @@ def split_merge_heads(split_heads, merge_heads) -> None:
                  hint="(B, T, H*D) -> (B, H, T, D)")
     expect_equal("head 1 holds features 4..7", heads[0, 1, 0], x[0, 0, 4:8],
                  hint="view as (B, T, H, D), then swap the T and H axes")
-    expect_equal("merge_heads undoes split_heads", merge_heads(heads), x)
+    expect_equal("merge_heads undoes split_heads", merge_heads(heads).flatten(), x.flatten())
     expect_raises("8 features do not split into 3 heads", lambda: split_heads(x, 3), ValueError)
 
 
@@ -85,6 +88,6 @@ def repeat_kv(fn) -> None:
     q = torch.randn(1, 6, 5, 8, generator=g)
     k, v = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
     expect_close("GQA equals torch SDPA with enable_gqa=True",
-                 F.scaled_dot_product_attention(q, fn(k, 3), fn(v, 3), is_causal=True),
-                 F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), atol=1e-5)
-    expect_equal("n_rep = 1 changes nothing", fn(k, 1), k)
+                 F.scaled_dot_product_attention(q, fn(k, 3), fn(v, 3), is_causal=True).flatten(),
+                 F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).flatten(), atol=1e-5)
+    expect_equal("n_rep = 1 changes nothing", fn(k, 1).flatten(), k.flatten())
