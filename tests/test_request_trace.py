@@ -16,7 +16,7 @@ CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return BPETokenizer.train("What is 2 + 2? It is 4. " * 30, 280, special_tokens=list(SPECIAL_TOKENS))
+    return BPETokenizer.train("What is 2 + 2? It is 4. " * 30, 270, special_tokens=list(SPECIAL_TOKENS))
 
 
 @pytest.fixture(scope="module")

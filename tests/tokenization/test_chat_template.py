@@ -12,7 +12,7 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 @pytest.fixture(scope="module")
 def tokenizer():
     text = "What is 2 + 2? Be brief. The answer is 4. " * 40
-    return BPETokenizer.train(text, 300, special_tokens=list(SPECIAL_TOKENS))
+    return BPETokenizer.train(text, 280, special_tokens=list(SPECIAL_TOKENS))
 
 
 def test_render_marks_each_turn_and_ends_on_the_assistant():
