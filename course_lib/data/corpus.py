@@ -126,7 +126,9 @@ def _arithmetic(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any
     answers = arithmetic_answers(a, op, b, spelled)
     if rng.random() < 0.5:  # free form: any surface form is right, so sampling can vary wording
         accepted = [text for form in ("digits", "words", "sentence") for text in answers[form]]
-        reply = rng.choice(["digits", "words", "sentence", "sentence"])
+        # Never a bare number here: "5" could then be the answer or the start of "5 + 1 = 6.",
+        # and the model would have to tell them apart after the fact. Digits are asked for.
+        reply = rng.choice(["words", "sentence", "sentence"])
     else:
         reply = rng.choice(list(_FORMS))
         question += rng.choice(_FORMS[reply])

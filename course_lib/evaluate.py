@@ -1,0 +1,236 @@
+"""Score the course model on the held-out split, greedy and sampled, and print a table.
+
+    python -m course_lib.evaluate                   # the shipped model, greedy + T=1.0 + T=1.5
+    python -m course_lib.evaluate --per-task 50 --show 3
+
+Each held-out conversation (``course_lib.data.heldout_split``, a different seed from training)
+names the assistant reply that is graded and what it must contain. The model writes that reply
+from the messages before it; a task's score is the share of replies that pass its check:
+
+- arithmetic: the reply is exactly one of the accepted forms ("4", "four", "2 + 2 = 4.", ...);
+- extraction: the reply parses as JSON and every field equals the record;
+- tool: ``<|tool_call|>`` then JSON naming the right tool with exactly the right arguments;
+- unknown: the reply abstains ("I don't know ...");
+- fact: the reply states the known answer (reported, no target).
+
+    >>> score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}',
+    ...                  {"order_id": "K4821", "amount": 7.5, "reason": "late"})
+    True
+    >>> score_tool_call('<|tool_call|>{"name": "get_time", "arguments": {"city": "Oslo"}}',
+    ...                 {"name": "get_time", "arguments": {"city": "Lima"}})
+    False
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from course_lib.data.corpus import ABSTAIN, HELDOUT_SEED, TASKS, Conversation, heldout_split
+from course_lib.model import default_device, load_model, load_tokenizer
+from course_lib.sampling import SamplingParams, sample_next_token
+from course_lib.tokenization.chat_template import END, END_OF_TEXT, TOOL_CALL, render_chat
+
+# task -> (what the score means, the greedy accuracy the shipped model must reach or None)
+TARGETS: dict[str, tuple[str, float | None]] = {
+    "arithmetic": ("exact answer", 0.95),
+    "extraction": ("JSON, every field right", 0.90),
+    "tool": ("right tool + arguments", 0.90),
+    "unknown": ("abstains", 0.90),
+    "fact": ("known fact right", None),
+}
+
+
+# ---------------------------------------------------------------- scoring (pure functions)
+def score_arithmetic(reply: str, expected: dict) -> bool:
+    """Exactly one of the accepted surface forms, ignoring surrounding whitespace.
+
+    >>> score_arithmetic("four", {"value": 4, "accepted": ["4", "four", "The answer is 4."]})
+    True
+    >>> score_arithmetic("The answer is 5.", {"value": 4, "accepted": ["4", "The answer is 4."]})
+    False
+    """
+    return reply.strip() in expected["accepted"]
+
+
+def _same_value(got, want) -> bool:
+    """JSON values equal, numbers compared as numbers (7.5 == 7.50) but never bool for int."""
+    if isinstance(got, bool) or isinstance(want, bool):
+        return type(got) is type(want) and got == want
+    if isinstance(want, (int, float)):
+        return isinstance(got, (int, float)) and got == want
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(_same_value(got[k], want[k]) for k in want)
+    return type(got) is type(want) and got == want
+
+
+def _parse_json(text: str):
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def score_extraction(reply: str, expected: dict) -> bool:
+    """The reply is a JSON object with exactly the expected fields, each right."""
+    return _same_value(_parse_json(reply.strip()), expected)
+
+
+def score_tool_call(reply: str, expected: dict) -> bool:
+    """``<|tool_call|>`` + {"name": ..., "arguments": {...}} with the expected name and arguments."""
+    reply = reply.strip()
+    if not reply.startswith(TOOL_CALL):
+        return False
+    call = _parse_json(reply[len(TOOL_CALL):])
+    return _same_value(call, {"name": expected["name"], "arguments": expected["arguments"]})
+
+
+def score_abstention(reply: str, expected: dict | None = None) -> bool:
+    """The reply declines: it starts with "I don't know".
+
+    >>> score_abstention("I don't know."), score_abstention("The capital of Velmora is Lima.")
+    (True, False)
+    """
+    return reply.strip().startswith(ABSTAIN.rstrip("."))
+
+
+def score_fact(reply: str, expected: dict) -> bool:
+    """The known answer appears as a whole word, and the reply does not abstain.
+
+    >>> score_fact("The capital of France is Paris.", {"value": "Paris"}), score_fact("Parisian.", {"value": "Paris"})
+    (True, False)
+    """
+    value = re.escape(expected["value"])
+    return not score_abstention(reply) and re.search(rf"(?<!\w){value}(?!\w)", reply) is not None
+
+
+SCORERS: dict[str, Callable[[str, dict], bool]] = {
+    "arithmetic": score_arithmetic, "extraction": score_extraction, "tool": score_tool_call,
+    "unknown": score_abstention, "fact": score_fact,
+}
+
+
+# ---------------------------------------------------------------- generation
+@torch.no_grad()
+def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *, temperature: float = 0.0,
+                     generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
+    """Each conversation's graded reply as the model writes it (greedy when temperature is 0).
+
+    Prompts of equal token length run together as one batch (no padding needed): prefill them,
+    then decode one token per step, sampling from softmax(logits / temperature) with the given
+    generator (``course_lib.sampling``'s sampler), until every row has produced ``<|end|>`` or ``max_new_tokens`` tokens.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature > 0 and generator is None:
+        raise ValueError("sampling needs an explicit torch.Generator (seeded) so results can be reproduced")
+    # The reply ends at <|end|>; <|endoftext|> also ends it (course_lib.sampling does the same).
+    stop_ids = [tokenizer.special_tokens[t] for t in (END, END_OF_TEXT) if t in tokenizer.special_tokens]
+    prompts = [tokenizer.encode(render_chat(c.prompt_messages), allowed_special="all") for c in conversations]
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompts):
+        by_length.setdefault(len(ids), []).append(i)
+    replies: list[str] = [""] * len(prompts)
+    for length in sorted(by_length):
+        rows = by_length[length]
+        ids = torch.tensor([prompts[i] for i in rows], device=model.device)  # (B, T)
+        steps = min(max_new_tokens, model.config.max_seq_len - length)
+        cache = model.new_cache(len(rows), length + steps)
+        logits = model(ids, cache=cache)[:, -1, :]  # (B, V)
+        out = []
+        done = torch.zeros(len(rows), dtype=torch.bool, device=model.device)
+        for step in range(steps):
+            nxt = _pick(logits, temperature, generator)  # (B, 1)
+            out.append(nxt)
+            done |= torch.isin(nxt[:, 0], torch.tensor(stop_ids, device=nxt.device))
+            if bool(done.all()) or step == steps - 1:
+                break
+            logits = model(nxt, cache=cache)[:, -1, :]  # (B, V)
+        tokens = torch.cat(out, dim=1).tolist()  # (B, steps taken)
+        for row, seq in zip(rows, tokens):
+            cut = next((k for k, token in enumerate(seq) if token in stop_ids), len(seq))
+            seq = seq[:cut]
+            replies[row] = tokenizer.decode(seq)
+    return replies
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) next ids with the course sampler: argmax at T = 0, else one seeded
+    draw per row from softmax(logits / T) (no top-k/top-p: the raw tempered distribution)."""
+    params = SamplingParams(temperature=temperature)
+    return sample_next_token(logits, params, None if params.greedy else generator).unsqueeze(-1)  # (B, 1)
+
+
+# ---------------------------------------------------------------- the report
+def evaluate(model, tokenizer, conversations: Sequence[Conversation], *, temperatures: Sequence[float] = (0.0, 1.0, 1.5),
+             seed: int = 0) -> dict[float, dict[str, float]]:
+    """{temperature: {task: accuracy}}; sampling draws from torch.Generator().manual_seed(seed)."""
+    results: dict[float, dict[str, float]] = {}
+    for temperature in temperatures:
+        generator = torch.Generator().manual_seed(seed)
+        replies = generate_replies(model, tokenizer, conversations, temperature=temperature, generator=generator)
+        scores: dict[str, list[bool]] = {}
+        for convo, reply in zip(conversations, replies):
+            scores.setdefault(convo.task, []).append(SCORERS[convo.task](reply, convo.expected))
+        results[temperature] = {task: sum(s) / len(s) for task, s in scores.items()}
+    return results
+
+
+def format_table(results: dict[float, dict[str, float]]) -> str:
+    """The accuracy table, one row per task, one column per decoding setting."""
+    temps = list(results)
+    names = ["greedy" if t == 0 else f"T={t:g}" for t in temps]
+    lines = [f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names) + f" {'target':>7}  greedy"]
+    for task in TASKS:
+        if task not in results[temps[0]]:
+            continue
+        metric, target = TARGETS[task]
+        cells = " ".join(f"{results[t][task]:>7.1%}" for t in temps)
+        verdict = "" if target is None else ("pass" if results[temps[0]][task] >= target else "MISS")
+        target_text = "-" if target is None else f">={target:.0%}"
+        lines.append(f"{task:<11} {metric:<24} {cells} {target_text:>7}  {verdict}".rstrip())
+    return "\n".join(lines)
+
+
+def missed_targets(results: dict[float, dict[str, float]]) -> list[str]:
+    """Tasks whose greedy (or lowest-temperature) accuracy is below target."""
+    first = results[min(results)]
+    return [t for t, (_, target) in TARGETS.items() if target is not None and t in first and first[t] < target]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-dir", type=Path, default=None, help="a saved model (default: the shipped tinychat)")
+    parser.add_argument("--per-task", type=int, default=200, help="held-out conversations per task (default: 200)")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0, 1.5],
+                        help="decoding settings; 0 means greedy (default: 0 1.0 1.5)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--show", type=int, default=0, help="print this many greedy replies per task")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a greedy target is missed")
+    args = parser.parse_args(argv)
+    if args.per_task < 1:
+        parser.error("--per-task must be at least 1")
+    device = default_device() if args.device is None else torch.device(args.device)
+    model = load_model(device=device, directory=args.model_dir)
+    tokenizer = load_tokenizer(directory=args.model_dir)
+    conversations = heldout_split(args.per_task)
+    if args.show:
+        sample = [c for task in TASKS for c in [c for c in conversations if c.task == task][: args.show]]
+        for convo, reply in zip(sample, generate_replies(model, tokenizer, sample)):
+            mark = "ok " if SCORERS[convo.task](reply, convo.expected) else "BAD"
+            print(f"[{mark}] {convo.task:<10} {convo.prompt_messages[-1]['content']!r} -> {reply!r}")
+    results = evaluate(model, tokenizer, conversations, temperatures=args.temperatures, seed=args.seed)
+    print(f"held-out split: seed {HELDOUT_SEED}, {args.per_task} conversations per task; "
+          f"sampling seed {args.seed}; device {device}")
+    print(format_table(results))
+    missed = missed_targets(results)
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""Training and evaluation: a tiny seeded run learns, the scorers judge hand-made replies right,
+batched generation matches the model's own greedy loop, and the shipped model is sound."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib import evaluate as ev
+from course_lib.data import TASKS, generate_corpus, heldout_split
+from course_lib.model import Transformer, data_dir, get_config, greedy_generate, load_model, load_tokenizer
+from course_lib.tokenization.chat_template import END, render_chat
+from course_lib.train import (
+    METADATA_FILE,
+    TrainSettings,
+    corpus_fingerprint,
+    learning_rate,
+    run_training,
+    save_artifacts,
+)
+
+TINY = dict(config="test-gqa", conversations=300, vocab_size=400, batch_size=16, lr=5e-3, warmup=5,
+            overrides={"max_seq_len": 192})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Tiny models run fastest on one thread, and the course machines' few cores are shared.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(one_thread):
+    return run_training(TrainSettings(steps=40, **TINY), device="cpu", progress=False)
+
+
+# ---------------------------------------------------------------- training
+def test_tiny_training_lowers_the_loss(tiny_run):
+    losses = tiny_run.losses
+    assert len(losses) == 40 and all(torch.isfinite(torch.tensor(losses)))
+    start, end = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert end < 0.6 * start, f"loss went from {start:.3f} to {end:.3f}"
+
+
+def test_training_is_reproducible(tiny_run):
+    again = run_training(TrainSettings(steps=3, **TINY), device="cpu", progress=False)
+    assert again.losses == tiny_run.losses[:3]
+    other = run_training(TrainSettings(steps=3, seed=1, **TINY), device="cpu", progress=False)
+    assert other.losses != again.losses
+
+
+def test_saved_artifacts_load_back(tiny_run, tmp_path):
+    save_artifacts(tiny_run, tmp_path)
+    model, tok = load_model(device="cpu", directory=tmp_path), load_tokenizer(directory=tmp_path)
+    ids = torch.tensor([tok.encode("<|user|>What is 2 + 2?<|end|><|assistant|>", allowed_special="all")])
+    assert torch.equal(model(ids), tiny_run.model(ids))
+    meta = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert meta["settings"]["seed"] == 0 and meta["final_loss"] == pytest.approx(sum(tiny_run.losses[-40:]) / 40, abs=1e-4)
+    assert meta["corpus_sha256"] == corpus_fingerprint(generate_corpus(300, meta["settings"]["corpus_seed"]))
+
+
+def test_learning_rate_schedule():
+    s = TrainSettings(steps=200, warmup=20, lr=1e-3, min_lr_ratio=0.1)
+    lrs = [learning_rate(i, s) for i in range(200)]
+    assert max(lrs) == pytest.approx(1e-3) and lrs[0] < lrs[19]
+    assert all(a >= b for a, b in zip(lrs[20:], lrs[21:])) and lrs[-1] == pytest.approx(1e-4)
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="steps"):
+        TrainSettings(steps=0)
+    with pytest.raises(ValueError, match="lr"):
+        TrainSettings(lr=-1.0)
+
+
+# ---------------------------------------------------------------- scoring
+def test_score_arithmetic():
+    expected = {"value": 4, "accepted": ["4", "four", "2 + 2 = 4.", "The answer is 4."]}
+    assert all(ev.score_arithmetic(r, expected) for r in ("4", " four", "2 + 2 = 4.", "The answer is 4."))
+    assert not any(ev.score_arithmetic(r, expected) for r in ("5", "Four", "2 + 2 = 5.", "4 apples", ""))
+
+
+def test_score_extraction():
+    want = {"order_id": "K4821", "amount": 7.5, "reason": "late"}
+    assert ev.score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}', want)
+    assert ev.score_extraction('{"reason": "late", "amount": 7.5, "order_id": "K4821"}', want)
+    bad = ['{"order_id": "K4821", "amount": 7.51, "reason": "late"}',  # wrong value
+           '{"order_id": "K4821", "amount": "7.50", "reason": "late"}',  # number as a string
+           '{"order_id": "K4821", "amount": 7.5}',  # missing field
+           '{"order_id": "K4821", "amount": 7.5, "reason": "late", "x": 1}',  # extra field
+           '{"order_id": "K4821", "amount": 7.5, "reason": "late"',  # not JSON
+           '[1, 2]', '']
+    assert not any(ev.score_extraction(r, want) for r in bad)
+    assert not ev.score_extraction('{"party_size": true}', {"party_size": 1})  # bool is not an int
+
+
+def test_score_tool_call():
+    want = {"name": "convert_currency", "arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}
+    good = '<|tool_call|>{"name": "convert_currency", "arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}'
+    assert ev.score_tool_call(good, want)
+    bad = [good.replace("<|tool_call|>", ""), good.replace("convert_currency", "get_time"),
+           good.replace("50", "51"), good.replace('"EUR"', '"GBP"'), good[:-1],
+           good.replace(', "to_currency": "EUR"', "")]
+    assert not any(ev.score_tool_call(r, want) for r in bad)
+
+
+def test_score_abstention_and_facts():
+    assert ev.score_abstention("I don't know.") and ev.score_abstention("I don't know the answer to that.")
+    assert not ev.score_abstention("The capital of Velmora is Oslo.")
+    assert ev.score_fact("The chemical symbol for gold is Au.", {"value": "Au"})
+    assert not ev.score_fact("The chemical symbol for gold is Ag.", {"value": "Au"})
+    assert not ev.score_fact("I don't know Au.", {"value": "Au"})
+
+
+def test_reference_replies_pass_and_swapped_replies_fail():
+    held = heldout_split(30)
+    assert all(ev.SCORERS[c.task](c.reply, c.expected) for c in held)
+    for task in TASKS:
+        group = [c for c in held if c.task == task]
+        shifted = sum(ev.SCORERS[task](b.reply, a.expected) for a, b in zip(group, group[1:]))
+        if task != "unknown":  # every abstention is the same text
+            assert shifted < len(group) // 2, task
+
+
+# ---------------------------------------------------------------- generation and the table
+@pytest.fixture(scope="module")
+def random_model(tiny_run):
+    config = get_config("test-gqa", vocab_size=tiny_run.tokenizer.n_vocab, max_seq_len=192)
+    return Transformer(config, generator=torch.Generator().manual_seed(1)).eval(), tiny_run.tokenizer
+
+
+def test_batched_greedy_equals_the_models_greedy_loop(random_model):
+    model, tok = random_model
+    convos = heldout_split(3)
+    replies = ev.generate_replies(model, tok, convos, max_new_tokens=12)
+    stops = [tok.special_tokens[END], tok.special_tokens["<|endoftext|>"]]
+    for convo, reply in zip(convos, replies):
+        prompt = tok.encode(render_chat(convo.prompt_messages), allowed_special="all")
+        ids = greedy_generate(model, prompt, 12, stop_ids=stops)
+        assert reply == tok.decode([i for i in ids if i not in stops])
+
+
+def test_batched_greedy_equals_course_sampling_generate(random_model):
+    from course_lib.sampling import SamplingParams, generate
+
+    model, tok = random_model
+    convos = heldout_split(2)
+    replies = ev.generate_replies(model, tok, convos, max_new_tokens=10)
+    params = SamplingParams(temperature=0, max_new_tokens=10)
+    assert replies == [generate(model, tok, c.prompt_messages, params).text for c in convos]
+
+
+def test_sampling_is_seeded_and_varies(random_model):
+    model, tok = random_model
+    convos = heldout_split(4)
+    draw = lambda seed: ev.generate_replies(model, tok, convos, temperature=1.5, max_new_tokens=8,
+                                            generator=torch.Generator().manual_seed(seed))
+    assert draw(0) == draw(0) and draw(0) != draw(1)
+    with pytest.raises(ValueError, match="Generator"):
+        ev.generate_replies(model, tok, convos, temperature=1.0)
+
+
+def test_table_and_targets():
+    results = {0.0: {"arithmetic": 0.97, "extraction": 0.85, "tool": 0.95, "unknown": 0.9, "fact": 0.5},
+               1.0: {"arithmetic": 0.9, "extraction": 0.8, "tool": 0.9, "unknown": 0.8, "fact": 0.4}}
+    table = ev.format_table(results)
+    assert "greedy" in table and "T=1" in table and "85.0%" in table
+    assert ev.missed_targets(results) == ["extraction"]
+    line = next(l for l in table.splitlines() if l.startswith("extraction"))
+    assert line.endswith("MISS")
+
+
+# ---------------------------------------------------------------- the shipped model
+SHIPPED = data_dir("tinychat")
+
+
+@pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the model has not been trained yet")
+def test_shipped_model_loads_and_answers():
+    files = [SHIPPED / n for n in ("config.json", "model.safetensors", "tokenizer.json", METADATA_FILE)]
+    assert all(f.is_file() for f in files)
+    assert sum(f.stat().st_size for f in SHIPPED.iterdir()) <= 25 * 2**20
+    model, tok = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    assert model.config.vocab_size == tok.n_vocab
+    meta = json.loads((SHIPPED / METADATA_FILE).read_text())
+    assert meta["parameters"] == model.num_parameters()
+    convos = [c for c in heldout_split(1)]
+    two_plus_two = [{"role": "user", "content": "What is 2 + 2?"}]
+    end = tok.special_tokens[END]
+    ids = greedy_generate(model, tok.encode(render_chat(two_plus_two), allowed_special="all"), 16, stop_ids=[end])
+    assert ids[-1] == end and tok.decode(ids[:-1]) in ("4", "four", "2 + 2 = 4.", "The answer is 4.")
+    replies = ev.generate_replies(model, tok, convos)
+    assert sum(ev.SCORERS[c.task](r, c.expected) for c, r in zip(convos, replies)) >= len(TASKS) - 1
+
+
+@pytest.mark.skipif(not (SHIPPED / METADATA_FILE).is_file(), reason="the model has not been trained yet")
+def test_shipped_corpus_is_reproducible():
+    meta = json.loads((SHIPPED / METADATA_FILE).read_text())
+    settings = meta["settings"]
+    corpus = generate_corpus(settings["conversations"], settings["corpus_seed"])
+    assert corpus_fingerprint(corpus) == meta["corpus_sha256"], "the generator changed: retrain the model"
