@@ -30,8 +30,9 @@ from pathlib import Path
 
 import torch
 
-from course_lib.data.corpus import ABSTAIN, HELDOUT_SEED, TASKS, Conversation, heldout_split
-from course_lib.model import default_device, load_model, load_tokenizer
+from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus,
+                                   heldout_split)
+from course_lib.model import data_dir, default_device, load_model, load_tokenizer
 from course_lib.sampling import SamplingParams, sample_next_token
 from course_lib.tokenization.chat_template import END, END_OF_TEXT, TOOL_CALL, render_chat
 
@@ -180,11 +181,26 @@ def evaluate(model, tokenizer, conversations: Sequence[Conversation], *, tempera
     return results
 
 
-def format_table(results: dict[float, dict[str, float]]) -> str:
+def seen_in_training(conversations: Sequence[Conversation], training: Sequence[Conversation]) -> dict[str, float]:
+    """Per task, the share of held-out prompts that also occur word for word in training.
+
+    Arithmetic has only a few hundred distinct questions, so most held-out ones were seen (the
+    score says the model learned them); records and made-up names are fresh draws (the score
+    says the model generalises: it copies and abstains on text it never saw).
+    """
+    train_prompts = {render_chat(c.prompt_messages) for c in training}
+    seen: dict[str, list[bool]] = {}
+    for convo in conversations:
+        seen.setdefault(convo.task, []).append(render_chat(convo.prompt_messages) in train_prompts)
+    return {task: sum(flags) / len(flags) for task, flags in seen.items()}
+
+
+def format_table(results: dict[float, dict[str, float]], seen: dict[str, float] | None = None) -> str:
     """The accuracy table, one row per task, one column per decoding setting."""
     temps = list(results)
     names = ["greedy" if t == 0 else f"T={t:g}" for t in temps]
-    lines = [f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names) + f" {'target':>7}  greedy"]
+    extra = f" {'in train':>8}" if seen else ""
+    lines = [f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names) + f" {'target':>7}  {'greedy':<6}" + extra]
     for task in TASKS:
         if task not in results[temps[0]]:
             continue
@@ -192,7 +208,8 @@ def format_table(results: dict[float, dict[str, float]]) -> str:
         cells = " ".join(f"{results[t][task]:>7.1%}" for t in temps)
         verdict = "" if target is None else ("pass" if results[temps[0]][task] >= target else "MISS")
         target_text = "-" if target is None else f">={target:.0%}"
-        lines.append(f"{task:<11} {metric:<24} {cells} {target_text:>7}  {verdict}".rstrip())
+        tail = f" {seen[task]:>8.0%}" if seen and task in seen else ""
+        lines.append(f"{task:<11} {metric:<24} {cells} {target_text:>7}  {verdict:<6}{tail}".rstrip())
     return "\n".join(lines)
 
 
@@ -200,6 +217,21 @@ def missed_targets(results: dict[float, dict[str, float]]) -> list[str]:
     """Tasks whose greedy (or lowest-temperature) accuracy is below target."""
     first = results[min(results)]
     return [t for t, (_, target) in TARGETS.items() if target is not None and t in first and first[t] < target]
+
+
+def _seen_in_shipped_training(model_dir: Path | None, conversations) -> dict[str, float] | None:
+    """Rebuild the training corpus named in training.json (if any) and measure the overlap."""
+    meta_path = (model_dir or data_dir("tinychat")) / "training.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        training = generate_corpus(meta["settings"]["conversations"], meta["settings"]["corpus_seed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no metadata: the column is left out
+    if corpus_fingerprint(training) != meta.get("corpus_sha256"):
+        print(f"note: the corpus generator no longer reproduces this model's training corpus ({meta_path}); "
+              "the 'in train' column is left out")
+        return None
+    return seen_in_training(conversations, training)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,9 +257,12 @@ def main(argv: list[str] | None = None) -> int:
             mark = "ok " if SCORERS[convo.task](reply, convo.expected) else "BAD"
             print(f"[{mark}] {convo.task:<10} {convo.prompt_messages[-1]['content']!r} -> {reply!r}")
     results = evaluate(model, tokenizer, conversations, temperatures=args.temperatures, seed=args.seed)
+    seen = _seen_in_shipped_training(args.model_dir, conversations)
     print(f"held-out split: seed {HELDOUT_SEED}, {args.per_task} conversations per task; "
           f"sampling seed {args.seed}; device {device}")
-    print(format_table(results))
+    print(format_table(results, seen))
+    if seen:
+        print("in train: share of held-out prompts that also occur verbatim in the training corpus")
     missed = missed_targets(results)
     return 1 if args.check and missed else 0
 

@@ -17,7 +17,6 @@ is present and the CPU otherwise.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
@@ -30,7 +29,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from course_lib.data.batching import IGNORE_INDEX, LengthBatches, encode_conversation
-from course_lib.data.corpus import TRAIN_SEED, Conversation, generate_corpus
+from course_lib.data.corpus import TRAIN_SEED, Conversation, corpus_fingerprint, generate_corpus
 from course_lib.model import Transformer, data_dir, default_device, get_config, save_model
 from course_lib.tokenization.bpe import BPETokenizer
 from course_lib.tokenization.chat_template import END_OF_TEXT, SPECIAL_TOKENS, render_chat
@@ -81,15 +80,6 @@ class TrainResult:
     tokenizer: BPETokenizer
     losses: list[float]  # one per step: mean cross-entropy over that batch's assistant tokens
     metadata: dict
-
-
-def corpus_fingerprint(conversations: list[Conversation]) -> str:
-    """SHA-256 of the rendered corpus: proves a rerun trains on exactly the same text."""
-    digest = hashlib.sha256()
-    for convo in conversations:
-        digest.update(render_chat(convo.messages, add_generation_prompt=False).encode("utf-8"))
-        digest.update(END_OF_TEXT.encode("utf-8"))
-    return digest.hexdigest()
 
 
 def train_tokenizer(conversations: list[Conversation], vocab_size: int, pattern: str = GPT4_PATTERN) -> BPETokenizer:

@@ -9,13 +9,12 @@ import pytest
 import torch
 
 from course_lib import evaluate as ev
-from course_lib.data import TASKS, generate_corpus, heldout_split
+from course_lib.data import TASKS, corpus_fingerprint, generate_corpus, heldout_split
 from course_lib.model import Transformer, data_dir, get_config, greedy_generate, load_model, load_tokenizer
 from course_lib.tokenization.chat_template import END, render_chat
 from course_lib.train import (
     METADATA_FILE,
     TrainSettings,
-    corpus_fingerprint,
     learning_rate,
     run_training,
     save_artifacts,
@@ -165,6 +164,13 @@ def test_sampling_is_seeded_and_varies(random_model):
         ev.generate_replies(model, tok, convos, temperature=1.0)
 
 
+def test_seen_in_training_measures_overlap():
+    held = heldout_split(20)
+    assert set(ev.seen_in_training(held, held).values()) == {1.0}
+    seen = ev.seen_in_training(held, generate_corpus(2000, 99))
+    assert seen["extraction"] == 0.0 and seen["unknown"] < 0.5
+
+
 def test_table_and_targets():
     results = {0.0: {"arithmetic": 0.97, "extraction": 0.85, "tool": 0.95, "unknown": 0.9, "fact": 0.5},
                1.0: {"arithmetic": 0.9, "extraction": 0.8, "tool": 0.9, "unknown": 0.8, "fact": 0.4}}
@@ -173,6 +179,8 @@ def test_table_and_targets():
     assert ev.missed_targets(results) == ["extraction"]
     line = next(l for l in table.splitlines() if l.startswith("extraction"))
     assert line.endswith("MISS")
+    with_seen = ev.format_table(results, {"arithmetic": 0.3, "extraction": 0.0})
+    assert "in train" in with_seen and with_seen.splitlines()[1].endswith("30%")
 
 
 # ---------------------------------------------------------------- the shipped model

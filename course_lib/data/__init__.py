@@ -10,12 +10,13 @@ from course_lib.data.corpus import (
     TASKS,
     TRAIN_SEED,
     Conversation,
+    corpus_fingerprint,
     generate_conversation,
     generate_corpus,
     heldout_split,
 )
 
 __all__ = [
-    "ABSTAIN", "HELDOUT_SEED", "TASKS", "TRAIN_SEED", "Conversation",
+    "ABSTAIN", "HELDOUT_SEED", "TASKS", "TRAIN_SEED", "Conversation", "corpus_fingerprint",
     "generate_conversation", "generate_corpus", "heldout_split",
 ]
