@@ -1,0 +1,832 @@
+# %% [markdown]
+# # 04 · Sampling and generation control
+#
+# The model hands back one score per vocabulary entry. Everything between those scores and
+# the next token is a *decoding rule*, and it is ordinary code you control: temperature,
+# truncation filters, penalties, stop conditions, and a random number generator.
+#
+# **By the end of this notebook you can**
+# - implement temperature, top-k, top-p (nucleus), min-p and the three common penalties, and
+#   say exactly what each does to a distribution, edge cases included;
+# - detect stop strings that arrive split across tokens, and cap the length;
+# - build a seeded sampler and say what a seed does, and does not, make repeatable;
+# - read the "2 + 2" trace on the course model: what temperature changes and what it cannot.
+
+# %% [setup]
+import math
+import re
+
+import matplotlib.pyplot as plt
+import torch
+
+from course_lib.checks import sampling as check
+from course_lib.model import load_model, load_tokenizer, prefill
+from course_lib.sampling import (
+    SamplingParams,
+    chi_square_gof,
+    frequencies,
+    generate,
+    generate_many,
+    next_token_probs,
+)
+from course_lib.tokenization.chat_template import render_chat
+
+# %% [markdown]
+# ## A real next-token distribution
+#
+# We ask the course model, `tinychat`, the question this notebook is built around, and look
+# at the distribution over its first answer token.
+
+# %%
+model = load_model("tinychat", device="cpu")
+tokenizer = load_tokenizer("tinychat")
+prompt = render_chat([{"role": "user", "content": "What is 2 + 2?"}])
+prompt_ids = tokenizer.encode(prompt, allowed_special="all")
+with torch.no_grad():
+    logits = prefill(model, torch.tensor([prompt_ids]), model.new_cache(1))[0]  # (V,)
+print(prompt)
+print(f"{len(prompt_ids)} prompt tokens, vocabulary of {logits.shape[-1]}")
+
+
+def show_top(logits_row, k=10, title=""):
+    """Bar chart of the k most likely next tokens."""
+    probs = torch.softmax(logits_row.float(), -1)
+    top = probs.topk(k)
+    labels = [repr(tokenizer.decode([i])) for i in top.indices.tolist()]
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    ax.bar(labels, top.values.tolist())
+    ax.set_ylabel("probability")
+    ax.set_title(title)
+    ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    plt.show()
+
+
+show_top(logits, title="tinychat: first answer token for 'What is 2 + 2?'")
+
+# %% [markdown]
+# ## Temperature
+#
+# Temperature $T$ divides the logits before the softmax. $T < 1$ sharpens the distribution
+# towards the top token, $T > 1$ flattens it, $T = 1$ leaves the model's own distribution.
+# $T = 0$ is defined as its limit: all the mass on the argmax, which is greedy decoding.
+#
+# ### Exercise 1 — temperature
+#
+# Write `apply_temperature(logits, temperature)` for a float tensor of shape `(V,)` or
+# `(B, V)` (rows are independent), returning a new tensor:
+#
+# - `temperature > 0`: the logits divided by it (a `-inf` logit stays `-inf`);
+# - `temperature == 0`: in each row, the first maximal logit (the one `torch.argmax` picks)
+#   keeps its value and every other entry becomes `-inf`;
+# - a negative temperature raises `ValueError`.
+
+# %% [solution] apply_temperature
+def apply_temperature(logits, temperature):
+    ### BEGIN SOLUTION
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        top = logits.argmax(dim=-1, keepdim=True)  # (..., 1)
+        return torch.full_like(logits, float("-inf")).scatter(-1, top, logits.gather(-1, top))
+    return logits / temperature
+    ### END SOLUTION
+
+# %% [tests] apply_temperature
+check.apply_temperature(apply_temperature)
+
+# %% [hidden] apply_temperature points=2
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)  # a fresh copy, whatever was patched
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+NEG_INF = float("-inf")
+rng = random.Random(404)
+for case in range(40):
+    V, B = rng.randint(1, 12), rng.choice([None, 1, 3])
+    rows = [[rng.choice([NEG_INF]) if rng.random() < 0.15 else rng.uniform(-10, 10) for _ in range(V)]
+            for _ in range(B or 1)]
+    for r in rows:
+        if all(x == NEG_INF for x in r):
+            r[0] = 1.0
+    T = rng.choice([0.0, 0.0, 0.1, 0.5, 0.7, 1.0, 1.3, 2.0, 10.0])
+    z = torch.tensor(rows if B else rows[0])
+    got = guard.call(apply_temperature, z.clone(), T)
+    if T == 0:
+        expected = []
+        for r in rows:
+            first = max(range(len(r)), key=lambda i: (r[i], -i))
+            expected.append([r[i] if i == first else NEG_INF for i in range(len(r))])
+    else:
+        expected = [[x / T for x in r] for r in rows]
+    guard.assert_close(f"apply_temperature case {case} (T={T})", got, expected if B else expected[0], tol=1e-4)
+try:
+    guard.call(apply_temperature, torch.zeros(3), -0.5)
+except ValueError:
+    pass
+else:
+    raise AssertionError("a negative temperature must raise ValueError")
+
+# %% [markdown]
+# On the model's real distribution, temperature moves mass between the same candidates; it
+# never adds a token the model gave no weight to, and never removes one:
+
+# %%
+for T in (0.5, 1.0, 2.0):
+    probs = torch.softmax(apply_temperature(logits, T), -1)
+    top = probs.topk(3)
+    pairs = ", ".join(f"{tokenizer.decode([i])!r}: {p:.3f}" for i, p in zip(top.indices.tolist(), top.values.tolist()))
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum() / math.log(2)
+    print(f"T = {T}: {pairs}   (entropy {entropy:.2f} bits)")
+
+# %% [markdown]
+# ## Truncation: top-k, top-p, min-p
+#
+# High temperatures give the long tail of unlikely tokens real probability, and one bad
+# token can derail a whole answer. Truncation filters remove the tail before sampling by
+# setting those logits to `-inf`:
+#
+# - **top-k** keeps the $k$ most likely tokens, whatever the shape of the distribution;
+# - **top-p (nucleus)** keeps the smallest set of most likely tokens whose probabilities add
+#   up to at least $p$, so the set is small when the model is sure and large when it is not;
+# - **min-p** keeps tokens whose probability is at least `min_p` times the top token's.
+#
+# ### Exercise 2 — top-k
+#
+# Write `top_k_filter(logits, k)` for `(V,)` or `(B, V)` logits: in each row, keep every
+# logit that is greater than or equal to the row's k-th largest value (so ties with the
+# k-th are kept) and set the rest to `-inf`. `k == 0` or `k >= V` keeps everything; a
+# negative `k` raises `ValueError`. Kept logits are returned unchanged.
+
+# %% [solution] top_k_filter
+def top_k_filter(logits, k):
+    ### BEGIN SOLUTION
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if k == 0 or k >= logits.shape[-1]:
+        return logits.clone()
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+    ### END SOLUTION
+
+# %% [tests] top_k_filter
+check.top_k_filter(top_k_filter)
+
+# %% [hidden] top_k_filter points=2
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+NEG_INF = float("-inf")
+rng = random.Random(4242)
+for case in range(40):
+    V, B = rng.randint(1, 15), rng.choice([None, 2])
+    ties = rng.random() < 0.5  # small integers make ties likely
+    rows = [[float(rng.randint(-3, 3)) if ties else rng.uniform(-5, 5) for _ in range(V)] for _ in range(B or 1)]
+    k = rng.randint(0, V + 3)
+    got = guard.call(top_k_filter, torch.tensor(rows if B else rows[0]), k)
+    expected = []
+    for r in rows:
+        if k == 0 or k >= len(r):
+            expected.append(list(r))
+        else:
+            kth = sorted(r, reverse=True)[k - 1]
+            expected.append([x if x >= kth else NEG_INF for x in r])
+    guard.assert_close(f"top_k_filter case {case} (k={k})", got, expected if B else expected[0], tol=1e-6)
+try:
+    guard.call(top_k_filter, torch.zeros(4), -2)
+except ValueError:
+    pass
+else:
+    raise AssertionError("a negative k must raise ValueError")
+
+# %% [markdown]
+# ### Exercise 3 — top-p (nucleus)
+#
+# Write `top_p_filter(logits, p)` for `(V,)` or `(B, V)` logits. In each row, with
+# probabilities from the softmax:
+#
+# 1. rank the tokens from most to least likely;
+# 2. keep a token when the total probability of the tokens ranked *above* it is still below
+#    `p` (so the most likely token is always kept, and the kept set is the smallest one whose
+#    mass reaches `p`);
+# 3. also keep every token whose probability equals that of the least likely kept token, so
+#    the result never depends on how a sort orders ties;
+# 4. set every other logit to `-inf`; kept logits are returned unchanged.
+#
+# `p` must satisfy `0 < p <= 1` (otherwise `ValueError`); `p == 1` keeps everything.
+# A `-inf` logit has probability 0 and stays `-inf`.
+
+# %% [solution] top_p_filter
+def top_p_filter(logits, p):
+    ### BEGIN SOLUTION
+    if not 0 < p <= 1:
+        raise ValueError(f"p must be in (0, 1], got {p}")
+    if p == 1:
+        return logits.clone()
+    probs = torch.softmax(logits.double(), dim=-1)
+    sorted_probs, _ = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    kept = (mass_before < p) & (sorted_probs > 0)
+    smallest = sorted_probs.masked_fill(~kept, float("inf")).amin(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < smallest, float("-inf"))
+    ### END SOLUTION
+
+# %% [tests] top_p_filter
+check.top_p_filter(top_p_filter)
+
+# %% [hidden] top_p_filter points=3
+import math
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+NEG_INF = float("-inf")
+
+
+def _nucleus(row, p):
+    """The rule in plain Python; None when a cumulative sum sits too close to p to call."""
+    if p == 1:
+        return list(row)
+    top = max(row)
+    weights = [0.0 if x == NEG_INF else math.exp(x - top) for x in row]
+    total = sum(weights)
+    probs = [w / total for w in weights]
+    order = sorted(range(len(row)), key=lambda i: -probs[i])
+    kept, before = [], 0.0
+    for i in order:
+        if abs(before - p) < 1e-5:
+            return None
+        if before < p and probs[i] > 0:
+            kept.append(i)
+        before += probs[i]
+    smallest = min(probs[i] for i in kept)
+    return [row[i] if (probs[i] >= smallest and probs[i] > 0) else NEG_INF for i in range(len(row))]
+
+
+rng = random.Random(8080)
+checked = 0
+while checked < 40:
+    V, B = rng.randint(1, 14), rng.choice([None, 3])
+    rows = [[NEG_INF if rng.random() < 0.1 else rng.uniform(-4, 4) for _ in range(V)] for _ in range(B or 1)]
+    for r in rows:
+        if all(x == NEG_INF for x in r):
+            r[-1] = 0.0
+    p = rng.choice([0.1, 0.3, 0.5, 0.75, 0.9, 0.95, 1.0])
+    expected = [_nucleus(r, p) for r in rows]
+    if any(e is None for e in expected):
+        continue
+    got = guard.call(top_p_filter, torch.tensor(rows if B else rows[0]), p)
+    guard.assert_close(f"top_p_filter random case {checked} (p={p})", got, expected if B else expected[0], tol=1e-6)
+    checked += 1
+for row, p in (([1.0, 1.0, 1.0, 0.0], 0.5), ([2.0, 0.5, 0.5, 0.5, -1.0], 0.7), ([0.0, 0.0], 0.3),
+               ([3.0, NEG_INF, 3.0], 0.4), ([5.0], 0.2)):
+    got = guard.call(top_p_filter, torch.tensor(row), p)
+    guard.assert_close(f"top_p_filter with ties {row} (p={p})", got, _nucleus(row, p), tol=1e-6)
+for bad in (0.0, -0.2, 1.5):
+    try:
+        guard.call(top_p_filter, torch.zeros(3), bad)
+    except ValueError:
+        continue
+    raise AssertionError(f"p={bad} must raise ValueError")
+
+# %% [markdown]
+# The point of top-p is that its set adapts. Compare two moments of the same answer: the
+# first token, where the model is choosing how to phrase its reply, and the token right
+# after "The answer is ", where only the number is left to say:
+
+# %%
+sure_prefix = prompt + "The answer is "
+with torch.no_grad():
+    sure_ids = tokenizer.encode(sure_prefix, allowed_special="all")
+    sure_logits = prefill(model, torch.tensor([sure_ids]), model.new_cache(1))[0]  # (V,)
+for name, row in (("first token", logits), ("after 'The answer is '", sure_logits)):
+    sizes = [int(torch.isfinite(top_p_filter(row, p)).sum()) for p in (0.5, 0.9, 0.99)]
+    print(f"{name:>24}: nucleus size at p = 0.5 / 0.9 / 0.99 -> {sizes}")
+show_top(sure_logits, title="tinychat: the token after 'The answer is '")
+
+# %% [markdown]
+# ### Exercise 4 — min-p
+#
+# Write `min_p_filter(logits, min_p)` for `(V,)` or `(B, V)` logits: keep the tokens whose
+# probability is at least `min_p` times the row's largest probability, set the rest to
+# `-inf` (kept logits unchanged). `min_p` must be in `[0, 1]` (otherwise `ValueError`);
+# 0 keeps everything.
+
+# %% [solution] min_p_filter
+def min_p_filter(logits, min_p):
+    ### BEGIN SOLUTION
+    if not 0 <= min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1], got {min_p}")
+    probs = torch.softmax(logits.double(), dim=-1)
+    bound = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < bound, float("-inf"))
+    ### END SOLUTION
+
+# %% [tests] min_p_filter
+check.min_p_filter(min_p_filter)
+
+# %% [hidden] min_p_filter points=2
+import math
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+NEG_INF = float("-inf")
+rng = random.Random(77)
+checked = 0
+while checked < 30:
+    V, B = rng.randint(1, 12), rng.choice([None, 2])
+    rows = [[rng.uniform(-5, 5) for _ in range(V)] for _ in range(B or 1)]
+    m = rng.choice([0.0, 0.05, 0.1, 0.3, 0.6, 1.0])
+    expected, close_call = [], False
+    for r in rows:
+        top = max(r)
+        ratios = [math.exp(x - top) for x in r]  # p_i / p_max
+        close_call |= any(abs(q - m) < 1e-6 for q in ratios) and m not in (0.0, 1.0)
+        expected.append([x if q >= m or x == top else NEG_INF for x, q in zip(r, ratios)])
+    if close_call:
+        continue
+    got = guard.call(min_p_filter, torch.tensor(rows if B else rows[0]), m)
+    guard.assert_close(f"min_p_filter case {checked} (min_p={m})", got, expected if B else expected[0], tol=1e-6)
+    checked += 1
+for bad in (-0.1, 1.1):
+    try:
+        guard.call(min_p_filter, torch.zeros(3), bad)
+    except ValueError:
+        continue
+    raise AssertionError(f"min_p={bad} must raise ValueError")
+
+# %% [markdown]
+# ## Penalties
+#
+# Penalties push down tokens that already appeared, to fight loops and repetition. Two
+# families are in everyday use, with different definitions:
+#
+# - **frequency and presence penalties** (OpenAI's API): for a token generated `count` times
+#   so far, `logit -= count * frequency_penalty + (count > 0) * presence_penalty`. Subtraction:
+#   the frequency penalty grows with every repeat, the presence penalty is a flat toll;
+# - **repetition penalty** (Hugging Face's, from the CTRL paper): for a token already present,
+#   a positive logit is *divided* by the penalty and a negative one *multiplied* by it, so
+#   either way the token becomes less likely. Dividing a negative logit would do the opposite,
+#   which is why the rule has two branches.
+#
+# ### Exercise 5 — penalties
+#
+# Write `apply_penalties(logits, generated_ids, frequency_penalty=0.0, presence_penalty=0.0,
+# repetition_penalty=1.0)` for 1-D logits `(V,)` and a list of previously generated token
+# IDs. Apply the repetition penalty first (to every token that occurs in `generated_ids`),
+# then subtract the frequency and presence penalties. Return a new tensor.
+# `repetition_penalty <= 0` raises `ValueError`; tokens that never occurred are unchanged.
+
+# %% [solution] apply_penalties
+def apply_penalties(logits, generated_ids, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0):
+    ### BEGIN SOLUTION
+    if repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    counts = torch.zeros(logits.shape[-1], dtype=logits.dtype)
+    for token in generated_ids:
+        counts[token] += 1
+    seen = counts > 0
+    penalised = torch.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+    out = torch.where(seen, penalised, logits)
+    return out - counts * frequency_penalty - seen.to(logits.dtype) * presence_penalty
+    ### END SOLUTION
+
+# %% [tests] apply_penalties
+check.apply_penalties(apply_penalties)
+
+# %% [hidden] apply_penalties points=2
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+rng = random.Random(99)
+for case in range(40):
+    V = rng.randint(1, 15)
+    z = [rng.uniform(-6, 6) for _ in range(V)]
+    ids = [rng.randrange(V) for _ in range(rng.randint(0, 12))]
+    f, pr, rep = rng.choice([0.0, 0.3, 1.0, -0.5]), rng.choice([0.0, 0.6, 2.0]), rng.choice([1.0, 1.2, 2.0, 0.8])
+    got = guard.call(apply_penalties, torch.tensor(z), list(ids), frequency_penalty=f, presence_penalty=pr,
+                     repetition_penalty=rep)
+    expected = []
+    for token, x in enumerate(z):
+        count = ids.count(token)
+        if count:
+            x = x * rep if x < 0 else x / rep
+        expected.append(x - count * f - (1 if count else 0) * pr)
+    guard.assert_close(f"apply_penalties case {case}", got, expected, tol=1e-4)
+for bad in (0.0, -1.0):
+    try:
+        guard.call(apply_penalties, torch.zeros(3), [0], repetition_penalty=bad)
+    except ValueError:
+        continue
+    raise AssertionError(f"repetition_penalty={bad} must raise ValueError")
+
+# %% [markdown]
+# In `course_lib.sampling`, generation counts the *generated* tokens for the frequency and
+# presence penalties (as OpenAI does) and prompt plus generated tokens for the repetition
+# penalty (as Hugging Face does). Penalties cannot tell a tiresome repeat from a necessary
+# one: JSON repeats its quotes, colons and commas by design, and an extraction copies words
+# from the prompt. Here is a greedy extraction under each penalty:
+
+# %%
+extraction = render_chat([{"role": "user", "content": "Extract the booking fields as JSON.\n"
+                                                      "Book a table for 4 under Patel on Friday at 19:00."}])
+for params in (SamplingParams(temperature=0, max_new_tokens=40),
+               SamplingParams(temperature=0, max_new_tokens=40, presence_penalty=2.0),
+               SamplingParams(temperature=0, max_new_tokens=40, frequency_penalty=1.0),
+               SamplingParams(temperature=0, max_new_tokens=40, repetition_penalty=1.8)):
+    result = generate(model, tokenizer, extraction, params)
+    knobs = (f"presence={params.presence_penalty}, frequency={params.frequency_penalty}, "
+             f"repetition={params.repetition_penalty}")
+    print(f"{knobs}\n    -> {result.text!r} ({result.finish_reason})")
+
+# %% [markdown]
+# ## Stopping
+#
+# Generation ends on the first of: the model's end token (`<|end|>` here; finish reason
+# `"eos"`), a caller's stop string (`"stop"`), or the token cap (`"length"`). Stop strings
+# are matched in the *text*, because tokens do not line up with them: `"\nUser:"` can arrive
+# as `"\n"`, `"User"`, `":"`. A streaming server must also hold back any tail of the text
+# that could still grow into a stop string, or it would show the start of one and then have
+# to take it back.
+
+# %%
+example = "The answer is 4.\nUser: and 3 + 3?"
+pieces = [tokenizer.decode([t]) for t in tokenizer.encode(example)]
+print(pieces)
+
+# %% [markdown]
+# ### Exercise 6 — stop strings across token boundaries
+#
+# Write `stop_at(pieces, stops)` that reads text pieces (decoded tokens) in order and returns
+# `(text, stopped)`. `pieces` may be any iterable: a list, or a generator that yields tokens
+# as the model produces them (so iterate over it once; do not index it or take its length). Append each piece to the text; after each piece, if the text contains
+# any of the stop strings, return the text before the earliest occurrence (the smallest start
+# index over all stops present) and `True`, without reading further pieces. If the pieces
+# run out first, return the whole text and `False`.
+
+# %% [solution] stop_at
+def stop_at(pieces, stops):
+    ### BEGIN SOLUTION
+    text = ""
+    for piece in pieces:
+        text += piece
+        hits = [text.find(s) for s in stops if s in text]
+        if hits:
+            return text[:min(hits)], True
+    return text, False
+    ### END SOLUTION
+
+# %% [tests] stop_at
+check.stop_at(stop_at)
+
+# %% [hidden] stop_at points=3
+import random
+import sys
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard()
+rng = random.Random(1234)
+alphabet = "ab\nXY:"
+for case in range(80):
+    stops = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+    pieces = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 8))]
+    expected, text = None, ""
+    for piece in pieces:
+        text += piece
+        starts = [text.find(s) for s in stops if s in text]
+        if starts:
+            expected = (text[:min(starts)], True)
+            break
+    expected = expected or (text, False)
+    got = guard.call(stop_at, iter(list(pieces)), list(stops))
+    if tuple(got) != expected:
+        raise AssertionError(f"stop_at case {case}: wrong text or flag for pieces split at token boundaries")
+consumed = []
+
+
+def counting(items):
+    for item in items:
+        consumed.append(item)
+        yield item
+
+
+guard.call(stop_at, counting(["x", "ST", "OP", "y", "z"]), ["STOP"])
+if consumed != ["x", "ST", "OP"]:
+    raise AssertionError("stop_at must stop reading pieces as soon as a stop string completes")
+
+# %% [markdown]
+# The library's `StopSequenceMatcher` does the same incrementally and also reports which
+# part of the text is safe to show while streaming. In a real generation the stop string and
+# everything after it are cut from the returned text:
+
+# %%
+result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=20, stop=["is 4"]))
+print(repr(result.text), result.finish_reason, "- tokens:", [tokenizer.decode([t]) for t in result.token_ids])
+result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=2))
+print(repr(result.text), result.finish_reason)
+
+# %% [markdown]
+# ## A seeded sampler
+#
+# Sampling needs randomness, and reproducible sampling needs that randomness to come from an
+# explicit, seeded source rather than a hidden global one. The simplest exact sampler is
+# inverse-CDF sampling: draw one uniform number $u \in [0, 1)$, walk the cumulative
+# probabilities, and return the first token whose cumulative probability exceeds $u$.
+#
+# ### Exercise 7 — a seeded sampler
+#
+# Write `sample_token(probs, generator)` for a 1-D tensor of non-negative probabilities:
+#
+# - draw exactly one number per call: `u = torch.rand((), generator=generator,
+#   dtype=torch.float64).item()`;
+# - compute the cumulative sums of `probs` in float64, and let `total` be the last one;
+# - return, as a Python `int`, the smallest index whose cumulative sum is greater than
+#   `u * total` (scaling by the total copes with probabilities that do not sum to exactly 1,
+#   and a token of probability 0 can then never be chosen).
+
+# %% [solution] sample_token
+def sample_token(probs, generator):
+    ### BEGIN SOLUTION
+    u = torch.rand((), generator=generator, dtype=torch.float64).item()
+    cdf = probs.double().cumsum(dim=0)
+    return int(torch.searchsorted(cdf, u * cdf[-1].item(), right=True).clamp_max(len(cdf) - 1))
+    ### END SOLUTION
+
+# %% [tests] sample_token
+check.sample_token(sample_token)
+
+# %% [hidden] sample_token points=3
+import random
+import sys
+
+import torch
+
+sys.modules.pop("course_lib.checks.integrity", None)
+from course_lib.checks.integrity import Guard
+
+guard = Guard(trust=("torch.rand",))
+rng = random.Random(5)
+for case in range(10):
+    V = rng.randint(1, 10)
+    weights = [0.0 if rng.random() < 0.2 else rng.random() for _ in range(V)]
+    if sum(weights) == 0:
+        weights[0] = 1.0
+    # Half the cases pass raw weights that do not sum to 1: the rule scales u by the total.
+    probs = [w / sum(weights) for w in weights] if case % 2 else [3.0 * w for w in weights]
+    seed = rng.randint(0, 10**6)
+    learner_gen, twin = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    for draw in range(25):
+        got = guard.call(sample_token, torch.tensor(probs), learner_gen)
+        u = torch.rand((), generator=twin, dtype=torch.float64).item()
+        cumulative, total = [], 0.0
+        for q in probs:
+            total += q
+            cumulative.append(total)
+        target = u * cumulative[-1]
+        if any(abs(c - target) < 1e-9 for c in cumulative):
+            break  # too close to a boundary to call; the streams are no longer comparable
+        expected = next(i for i, c in enumerate(cumulative) if c > target)
+        if not isinstance(got, int) or got != expected:
+            raise AssertionError(f"sample_token case {case}, draw {draw}: wrong token for the seeded uniform")
+# Distribution: 4,000 draws from [0.1, 0.2, 0.3, 0.4] against a chi-square bound (dof 3, 1e-4 level).
+g = torch.Generator().manual_seed(321)
+counts = [0, 0, 0, 0]
+probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+for _ in range(4000):
+    counts[guard.call(sample_token, probs, g)] += 1
+statistic = sum((c - 4000 * q) ** 2 / (4000 * q) for c, q in zip(counts, [0.1, 0.2, 0.3, 0.4]))
+if statistic > 21.108:
+    raise AssertionError("sample_token's draws do not follow the given probabilities")
+
+# %% [markdown]
+# Checking a sampler means comparing *distributions*, not single draws: draw many times and
+# run a chi-square goodness-of-fit test against the probabilities it should follow. Your
+# sampler on the real 2 + 2 distribution at $T = 1.5$ (top 20 tokens, renormalised), 3,000
+# draws:
+
+# %%
+probs = next_token_probs(logits, SamplingParams(temperature=1.5, top_k=20)).double()
+gen = torch.Generator().manual_seed(0)
+counts = torch.zeros_like(probs)
+for _ in range(3000):
+    counts[sample_token(probs, gen)] += 1
+result = chi_square_gof(counts, probs)
+print(f"chi-square = {result.statistic:.1f} on {result.dof} degrees of freedom, p-value = {result.p_value:.3f}")
+wrong = next_token_probs(logits, SamplingParams(temperature=1.0, top_k=20)).double()
+print(f"against the T = 1.0 distribution instead: p-value = {chi_square_gof(counts, wrong).p_value:.2g}")
+
+# %% [markdown]
+# ## The "2 + 2" trace
+#
+# Now the whole loop, on the course model, with three decoding rules: greedy, a moderate
+# temperature with top-p, and a high temperature. Several samples each:
+
+# %%
+settings = {
+    "greedy (T = 0)": SamplingParams(temperature=0, max_new_tokens=16),
+    "T = 0.8, top-p 0.9": SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16),
+    "T = 2.5": SamplingParams(temperature=2.5, max_new_tokens=16),
+}
+for name, params in settings.items():
+    samples = [generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(s)).text
+               for s in range(5)]
+    print(f"{name}:")
+    for text in samples:
+        print(f"    {text!r}")
+
+# %% [markdown]
+# Wording varies with sampling; what matters is whether the *number* varies. The helper
+# below reads the number an answer states ("2 + 2 = 4." → 4, "four" → 4), and
+# `generate_many` draws a few hundred answers per setting in one batched run.
+
+# %%
+SMALL = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+         "sixteen seventeen eighteen nineteen").split()
+TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+        "ninety": 90}
+
+
+def answer_value(text):
+    """The number an answer states: its last integer, else a number word; None if neither."""
+    digits = re.findall(r"-?\d+", text)
+    if digits:
+        return int(digits[-1])
+    words = re.findall(r"[a-z]+", text.lower())
+    for i, word in enumerate(words):
+        if word in TENS:
+            unit = SMALL.index(words[i + 1]) if i + 1 < len(words) and words[i + 1] in SMALL[1:10] else 0
+            return TENS[word] + unit
+        if word in SMALL:
+            return SMALL.index(word)
+    return None
+
+
+n_samples = 300
+answer_counts = {}
+for name, params in settings.items():
+    results = generate_many(model, tokenizer, prompt, params, n_samples, generator=torch.Generator().manual_seed(1))
+    answer_counts[name] = frequencies(answer_value(r.text) for r in results)
+    wordings = len({r.text for r in results})
+    top = ", ".join(f"{value}: {share:.0%}" for value, count, share in answer_counts[name][:5])
+    print(f"{name:<20} {wordings:>3} distinct wordings; answers -> {top}")
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), sharey=True)
+for ax, (name, rows) in zip(axes, answer_counts.items()):
+    rows = rows[:8]
+    ax.bar([str(value) for value, _, _ in rows], [share for _, _, share in rows])
+    ax.set_title(name)
+    ax.set_xlabel("stated answer")
+axes[0].set_ylabel(f"share of {n_samples} samples")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Greedy returns the same answer every time. A moderate temperature with top-p varies how the
+# answer is phrased far more than what it says. At a high temperature, wrong numbers and
+# broken text appear: the tail of the distribution gets sampled. Temperature widens the set
+# of candidates the sampler may pick; it does not make any candidate more true.
+#
+# ## What a seed fixes, and what it does not
+#
+# A seed fixes the sampler's stream of random numbers. Same model, same input, same
+# parameters, same seed: same output.
+
+# %%
+params = SamplingParams(temperature=1.0, max_new_tokens=16)
+first = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(7))
+again = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(7))
+print(repr(first.text), "|", repr(again.text), "| identical:", first.token_ids == again.token_ids)
+
+# %% [markdown]
+# But a serving system batches your request with other people's. The same seed, with your
+# request as row 0 of a batch of 8, gives row 0 different random numbers from step two on,
+# because the rows share one stream:
+
+# %%
+batch = generate_many(model, tokenizer, prompt, params, 8, generator=torch.Generator().manual_seed(7))
+print("alone:          ", [tokenizer.decode([t]) for t in first.token_ids])
+print("row 0 of 8:     ", [tokenizer.decode([t]) for t in batch[0].token_ids])
+print("same tokens:", first.token_ids == batch[0].token_ids)
+
+# %% [markdown]
+# Even the logits are not guaranteed bit-identical across batch shapes: floating-point
+# addition is not associative, and kernels choose different summation orders for different
+# shapes and hardware.
+
+# %%
+print("(0.1 + 0.2) + 0.3 == 0.1 + (0.2 + 0.3):", (0.1 + 0.2) + 0.3 == 0.1 + (0.2 + 0.3))
+with torch.no_grad():
+    one = prefill(model, torch.tensor([prompt_ids]), model.new_cache(1))  # (1, V)
+    many = prefill(model, torch.tensor([prompt_ids] * 16), model.new_cache(16))  # (16, V)
+print(f"largest difference between row 0 alone and in a batch of 16: {(one[0] - many[0]).abs().max().item():.2e}")
+
+# %% [markdown]
+# A difference of a few millionths in a logit is enough to flip a sampled token whenever
+# the uniform number lands near a boundary between two tokens, and a change of library
+# version, model revision, retrieved document or tool result moves outputs far more. So test stochastic behaviour by repeated trials and compare distributions, as above, and
+# make exact guarantees deterministic *downstream* of the model, in validators and checks,
+# rather than by pinning a seed.
+#
+# ## Try it: the distribution under your settings
+#
+# The figure below is drawn once, statically, for three settings of the first-token
+# distribution of the 2 + 2 answer. With a live Jupyter front end, the sliders under it
+# redraw that distribution as you move them.
+
+# %%
+def draw_distribution(temperature=1.0, top_k=0, top_p=1.0, ax=None, row=logits):
+    """Bar chart of the 15 most likely tokens after temperature, top-k and top-p."""
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    probs = next_token_probs(row, params)
+    order = torch.softmax(row.float(), -1).topk(15).indices  # fixed order: the raw ranking
+    labels = [repr(tokenizer.decode([i])) for i in order.tolist()]
+    standalone = ax is None
+    if standalone:
+        fig, ax = plt.subplots(figsize=(7, 2.6))
+    ax.bar(labels, probs[order].tolist())
+    kept = int((probs > 0).sum())
+    ax.set_title(f"T={temperature:g}, top-k={top_k}, top-p={top_p:g}: {kept} tokens kept", fontsize=9)
+    ax.set_ylim(0, 1)
+    ax.tick_params(axis="x", rotation=60, labelsize=7)
+    if standalone:
+        plt.show()
+
+
+fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
+for ax, knobs in zip(axes, [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 5, 0.9)]):
+    draw_distribution(*knobs, ax=ax)
+fig.tight_layout()
+plt.show()
+
+# %%
+try:
+    import ipywidgets as widgets
+    from IPython.display import display
+except ImportError:  # no widget library: the static figure above is the whole story
+    widgets = None
+if widgets is not None:
+    display(widgets.interactive(
+        draw_distribution,
+        temperature=widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.05, description="temperature"),
+        top_k=widgets.IntSlider(value=0, min=0, max=50, description="top-k (0 = off)"),
+        top_p=widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top-p"),
+        ax=widgets.fixed(None), row=widgets.fixed(logits),
+    ))
+
+# %% [markdown]
+# ## Interview probes
+#
+# **"Your eval dropped 2% after a redeploy. Is it the model?"**
+# - *Strong:* first pins everything that can move: model revision, tokenizer and template,
+#   decoding parameters, serving stack. Replays a fixed input set with the old and new
+#   stacks; estimates the run-to-run noise by repeated trials of the *same* stack; only a
+#   drop well outside that noise counts as a change. Knows that batch composition and
+#   kernels change outputs even at a fixed seed, and that exact contracts belong in
+#   validators, not in seeds.
+# - *Weak:* "set temperature to 0 and the seed to 42, and rerun".
+#
+# **"Top-k or top-p?"**
+# - *Strong:* top-k keeps a fixed count whatever the distribution's shape; top-p keeps a
+#   fixed probability mass, so it keeps few tokens when the model is sure and many when it is
+#   not; min-p scales the cut with the top probability. All three remove the tail so that a
+#   higher temperature does not sample garbage.
+# - *Weak:* "they both make it more creative".
+#
+# ## Recap
+# - Greedy (T = 0) is argmax: repeatable for a fixed model and input, not more correct.
+# - Temperature rescales logits; top-k, top-p and min-p truncate the tail; penalties push
+#   down repeats (subtractive frequency/presence, multiplicative repetition).
+# - Stop strings are matched in the decoded text, across token boundaries, and trimmed.
+# - A seed fixes the sampler's random stream only; batching, kernels and revisions still move
+#   outputs. Compare distributions with repeated trials.
