@@ -123,7 +123,8 @@ def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *,
 
     Prompts of equal token length run together as one batch (no padding needed): prefill them,
     then decode one token per step, sampling from softmax(logits / temperature) with the given
-    generator (``course_lib.sampling``'s sampler), until every row has produced ``<|end|>`` or ``max_new_tokens`` tokens.
+    generator (``course_lib.sampling``'s sampler), until every row has produced ``<|end|>`` or
+    ``max_new_tokens`` tokens.
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -167,8 +168,8 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator |
 
 
 # ---------------------------------------------------------------- the report
-def evaluate(model, tokenizer, conversations: Sequence[Conversation], *, temperatures: Sequence[float] = (0.0, 1.0, 1.5),
-             seed: int = 0) -> dict[float, dict[str, float]]:
+def evaluate(model, tokenizer, conversations: Sequence[Conversation], *,
+             temperatures: Sequence[float] = (0.0, 1.0, 1.5), seed: int = 0) -> dict[float, dict[str, float]]:
     """{temperature: {task: accuracy}}; sampling draws from torch.Generator().manual_seed(seed)."""
     results: dict[float, dict[str, float]] = {}
     for temperature in temperatures:
@@ -200,7 +201,8 @@ def format_table(results: dict[float, dict[str, float]], seen: dict[str, float] 
     temps = list(results)
     names = ["greedy" if t == 0 else f"T={t:g}" for t in temps]
     extra = f" {'in train':>8}" if seen else ""
-    lines = [f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names) + f" {'target':>7}  {'greedy':<6}" + extra]
+    header = f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names)
+    lines = [header + f" {'target':>7}  {'greedy':<6}" + extra]
     for task in TASKS:
         if task not in results[temps[0]]:
             continue

@@ -1,7 +1,7 @@
 """Train the course model from scratch: corpus -> BPE tokenizer -> transformer -> course_lib/data/.
 
     python -m course_lib.train                 # reproduces the shipped model (seeded)
-    python -m course_lib.train --steps 50 --out /tmp/tiny --config test-gqa   # a quick try
+    python -m course_lib.train --steps 50 --out /tmp/tinychat-try   # a quick, untrained try
 
 Every random choice comes from the seeds recorded in ``training.json``: the corpus from
 ``TRAIN_SEED``, the weights' initialisation and the batch order from ``--seed``. The loss is
@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,11 +51,11 @@ class TrainSettings:
 
     config: str = "tinychat"  # registry name of the geometry (course_lib.model.CONFIGS)
     vocab_size: int = 1024  # BPE vocabulary: 256 bytes + merges + the chat special tokens
-    split_pattern: str = "gpt4"  # pre-tokenization: a key of PATTERNS
-    conversations: int = 30_000  # size of the generated training corpus
+    split_pattern: str = "digits"  # pre-tokenization: a key of PATTERNS
+    conversations: int = 40_000  # size of the generated training corpus
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
-    steps: int = 3000  # optimizer steps
+    steps: int = 5000  # optimizer steps
     batch_size: int = 64  # conversations per step
     lr: float = 3e-3  # peak learning rate (AdamW), reached after `warmup` steps
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
@@ -205,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                              seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                              warmup=args.warmup)
     result = run_training(settings, device=args.device, progress=not args.quiet)
+    given = list(sys.argv[1:] if argv is None else argv)
+    result.metadata["command"] = " ".join(["python -m course_lib.train", *given])
     out = save_artifacts(result, args.out or data_dir(settings.config))
     meta = result.metadata
     print(f"saved {meta['parameters']:,} parameters to {out} | final loss {meta['final_loss']:.4f} | "

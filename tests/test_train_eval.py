@@ -59,7 +59,8 @@ def test_saved_artifacts_load_back(tiny_run, tmp_path):
     ids = torch.tensor([tok.encode("<|user|>What is 2 + 2?<|end|><|assistant|>", allowed_special="all")])
     assert torch.equal(model(ids), tiny_run.model(ids))
     meta = json.loads((tmp_path / METADATA_FILE).read_text())
-    assert meta["settings"]["seed"] == 0 and meta["final_loss"] == pytest.approx(sum(tiny_run.losses[-40:]) / 40, abs=1e-4)
+    assert meta["settings"]["seed"] == 0
+    assert meta["final_loss"] == pytest.approx(sum(tiny_run.losses[-40:]) / 40, abs=1e-4)
     assert meta["corpus_sha256"] == corpus_fingerprint(generate_corpus(300, meta["settings"]["corpus_seed"]))
 
 
@@ -100,7 +101,8 @@ def test_score_extraction():
 
 def test_score_tool_call():
     want = {"name": "convert_currency", "arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}
-    good = '<|tool_call|>{"name": "convert_currency", "arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}'
+    good = ('<|tool_call|>{"name": "convert_currency", '
+            '"arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}')
     assert ev.score_tool_call(good, want)
     bad = [good.replace("<|tool_call|>", ""), good.replace("convert_currency", "get_time"),
            good.replace("50", "51"), good.replace('"EUR"', '"GBP"'), good[:-1],

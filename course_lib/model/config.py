@@ -74,8 +74,8 @@ class ModelConfig:
 # The shipped model. The training engineer tunes this geometry; config.json saved next to the
 # weights is what load_model actually uses, so retuning here never breaks an old checkpoint.
 _TINYCHAT = ModelConfig(
-    name="tinychat", vocab_size=2048, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2,
-    d_ff=768, max_seq_len=512, rope_theta=10000.0, tie_embeddings=True,
+    name="tinychat", vocab_size=1024, d_model=128, n_layers=4, n_heads=8, n_kv_heads=2,
+    d_ff=384, max_seq_len=512, rope_theta=10000.0, tie_embeddings=True,
 )
 
 # Tiny geometries for tests: one per attention flavour, fast enough for many seeded checks.
