@@ -239,12 +239,39 @@ for p, c in [(-1, 0), (0, -5), (2.5, 1)]:
 print(f"${request_cost(len(ids), 50, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0):.6f}")
 
 # %% [markdown]
-# ## 🚧 The whole request on the course model (coming with notebook 02)
+# ## The whole request, on the course's own model
 #
-# This is the marked place where the course's own small transformer will answer the prompt
-# above end to end, with a table of time spent in each stage (template, tokenize, prefill,
-# decode, detokenize, validate) and the cost. The model ships with notebook 02; until then,
-# the stages above run on production tokenizers only.
+# The course ships a small transformer trained on a narrow chat corpus (notebook 02 opens it
+# up). It runs here on the CPU. `trace_request` sends one question through every stage
+# listed at the top of this notebook and times each one; the last stage is a deterministic
+# check on the answer, the kind of guarantee the product (not the model) owns.
+
+# %%
+from course_lib.model import load_model, load_tokenizer
+from course_lib.request_trace import trace_request
+
+model = load_model("tinychat", device="cpu")
+tokenizer = load_tokenizer("tinychat")
+question = [{"role": "user", "content": "What is 2 + 2?"}]
+trace = trace_request(model, tokenizer, question, max_new_tokens=24,
+                      validate=lambda text: text.strip().rstrip(".").split()[-1] in ("4", "four"))
+print("answer:", repr(trace.text), "| finished by:", trace.finish_reason, "| valid:", trace.valid)
+print(trace.table())
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 2.6))
+ax.barh([s.stage for s in trace.stages][::-1], [s.seconds * 1e3 for s in trace.stages][::-1])
+ax.set_xlabel("milliseconds")
+ax.set_title(f"{trace.prompt_tokens} prompt tokens, {trace.completion_tokens} generated")
+plt.show()
+
+# %% [markdown]
+# Prefill reads every prompt token in one parallel pass; decode pays one full forward pass
+# *per generated token*. That asymmetry, small here, is the heart of notebooks 03 and 06.
+# The bill for this request, at the same representative prices:
+
+# %%
+print(f"${request_cost(trace.prompt_tokens, trace.completion_tokens, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0):.6f}")
 
 # %% [markdown]
 # ## Interview probes
