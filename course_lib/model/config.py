@@ -97,4 +97,8 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     """
     if name not in CONFIGS:
         raise ValueError(f"unknown model config {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
-    return dataclasses.replace(CONFIGS[name], **overrides)
+    base = CONFIGS[name]
+    derived = base.head_dim == base.d_model // base.n_heads
+    if derived and "head_dim" not in overrides and overrides.keys() & {"d_model", "n_heads"}:
+        overrides["head_dim"] = None  # it was derived from the widths: derive it again from the new ones
+    return dataclasses.replace(base, **overrides)

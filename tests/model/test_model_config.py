@@ -48,3 +48,13 @@ def test_invalid_configs_raise(bad):
 def test_from_dict_rejects_unknown_fields():
     with pytest.raises(ValueError, match="unknown ModelConfig fields"):
         ModelConfig.from_dict({**get_config("test-mha").to_dict(), "n_experts": 8})
+
+
+def test_overriding_the_width_rederives_a_derived_head_dim():
+    from course_lib.model import get_config
+
+    base = get_config("tinychat")
+    wider = get_config("tinychat", d_model=base.d_model * 2)
+    assert wider.head_dim == wider.d_model // wider.n_heads == base.head_dim * 2
+    assert get_config("tinychat", n_heads=base.n_heads // 2).head_dim == base.head_dim * 2
+    assert get_config("tinychat", d_model=base.d_model * 2, head_dim=8).head_dim == 8
