@@ -28,6 +28,7 @@ from course_lib.sampling import (
     generate,
     generate_many,
     next_token_probs,
+    sample_next_token,
 )
 from course_lib.tokenization.chat_template import render_chat
 
@@ -451,21 +452,45 @@ for bad in (0.0, -1.0):
 # %% [markdown]
 # In `course_lib.sampling`, generation counts the *generated* tokens for the frequency and
 # presence penalties (as OpenAI does) and prompt plus generated tokens for the repetition
-# penalty (as Hugging Face does). Penalties cannot tell a tiresome repeat from a necessary
-# one: JSON repeats its quotes, colons and commas by design, and an extraction copies words
-# from the prompt. Here is a greedy extraction under each penalty:
+# penalty (as Hugging Face does). Here is a greedy answer under each penalty:
 
 # %%
-extraction = render_chat([{"role": "user", "content": "Extract the booking fields as JSON.\n"
-                                                      "Book a table for 4 under Patel on Friday at 19:00."}])
-for params in (SamplingParams(temperature=0, max_new_tokens=40),
-               SamplingParams(temperature=0, max_new_tokens=40, presence_penalty=2.0),
-               SamplingParams(temperature=0, max_new_tokens=40, frequency_penalty=1.0),
-               SamplingParams(temperature=0, max_new_tokens=40, repetition_penalty=1.8)):
-    result = generate(model, tokenizer, extraction, params)
+question = render_chat([{"role": "user", "content": "What is 7 + 7?"}])
+for params in (SamplingParams(temperature=0, max_new_tokens=24),
+               SamplingParams(temperature=0, max_new_tokens=24, presence_penalty=2.0),
+               SamplingParams(temperature=0, max_new_tokens=24, frequency_penalty=2.0),
+               SamplingParams(temperature=0, max_new_tokens=24, repetition_penalty=3.0)):
+    result = generate(model, tokenizer, question, params)
     knobs = (f"presence={params.presence_penalty}, frequency={params.frequency_penalty}, "
              f"repetition={params.repetition_penalty}")
-    print(f"{knobs}\n    -> {result.text!r} ({result.finish_reason})")
+    print(f"{knobs:<46} -> {result.text!r}")
+
+# %% [markdown]
+# To see why the additive penalties may leave a greedy answer alone, look at the steps of
+# the unpenalised answer that repeat a token, and at how far that token leads the runner-up.
+# A presence or frequency penalty of 2 only flips the choice when the lead is smaller:
+
+# %%
+plain = generate(model, tokenizer, question, SamplingParams(temperature=0, max_new_tokens=24))
+answer = list(plain.token_ids)
+with torch.no_grad():
+    ids = torch.tensor([list(plain.prompt_ids) + answer])  # (1, T)
+    step_logits = model(ids)[0, len(plain.prompt_ids) - 1:-1]  # (answer length, V): logits at each choice
+for step, token in enumerate(answer):
+    if token in answer[:step]:
+        best_two = step_logits[step].topk(2)
+        lead = float(best_two.values[0] - best_two.values[1])
+        runner_up = tokenizer.decode([int(best_two.indices[1])])
+        print(f"step {step}: repeats {tokenizer.decode([token])!r}, leads {runner_up!r} by {lead:.1f} logits")
+
+# %% [markdown]
+# OpenAI's additive penalties are capped at 2 (plus 2 per earlier repeat for the frequency
+# penalty), so on a confident model they change little; they matter where the top candidates
+# are close, which is exactly where sampling happens. The repetition penalty is
+# multiplicative and, in Hugging Face's convention, also counts the prompt's tokens: a strong
+# one pushes the model away from restating the question, even when restating it is the
+# right thing to do. No penalty can tell a tiresome repeat from a necessary one, such as the
+# quotes and commas that JSON repeats by design.
 
 # %% [markdown]
 # ## Stopping
@@ -550,7 +575,7 @@ if consumed != ["x", "ST", "OP"]:
 # everything after it are cut from the returned text:
 
 # %%
-result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=20, stop=["is 4"]))
+result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=20, stop=["= 4", "is 4"]))
 print(repr(result.text), result.finish_reason, "- tokens:", [tokenizer.decode([t]) for t in result.token_ids])
 result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=2))
 print(repr(result.text), result.finish_reason)
@@ -723,21 +748,39 @@ plt.show()
 # parameters, same seed: same output.
 
 # %%
-params = SamplingParams(temperature=1.0, max_new_tokens=16)
-first = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(7))
-again = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(7))
-print(repr(first.text), "|", repr(again.text), "| identical:", first.token_ids == again.token_ids)
+params = SamplingParams(temperature=1.5, max_new_tokens=16)
+for seed in (3, 3, 4, 4):
+    result = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(seed))
+    print(f"seed {seed}: {result.text!r}")
 
 # %% [markdown]
-# But a serving system batches your request with other people's. The same seed, with your
-# request as row 0 of a batch of 8, gives row 0 different random numbers from step two on,
-# because the rows share one stream:
+# But a serving system batches your request with other people's, and the rows of a batch
+# share one random stream. Draw twelve first tokens from the real distribution at $T = 1$,
+# once alone and once as row 0 of a batch of 8, from the same seed:
 
 # %%
-batch = generate_many(model, tokenizer, prompt, params, 8, generator=torch.Generator().manual_seed(7))
-print("alone:          ", [tokenizer.decode([t]) for t in first.token_ids])
-print("row 0 of 8:     ", [tokenizer.decode([t]) for t in batch[0].token_ids])
-print("same tokens:", first.token_ids == batch[0].token_ids)
+params = SamplingParams(temperature=1.0)
+alone_gen, batch_gen = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+alone = [tokenizer.decode([int(sample_next_token(logits, params, alone_gen))]) for _ in range(12)]
+in_batch = [tokenizer.decode([int(sample_next_token(logits.expand(8, -1), params, batch_gen)[0])])
+            for _ in range(12)]
+print("alone:     ", alone)
+print("row 0 of 8:", in_batch)
+
+# %% [markdown]
+# The first draw agrees (both take the stream's first number); after that, row 0 gets every
+# eighth number instead of every one. In whole generations the same happens wherever the
+# model is unsure. Over twenty seeds at $T = 1.5$, how often does the answer change when the
+# request runs as row 0 of a batch of 8 instead of alone?
+
+# %%
+params = SamplingParams(temperature=1.5, max_new_tokens=16)
+changed = 0
+for seed in range(20):
+    one = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(seed))
+    row0 = generate_many(model, tokenizer, prompt, params, 8, generator=torch.Generator().manual_seed(seed))[0]
+    changed += one.token_ids != row0.token_ids
+print(f"{changed} of 20 seeds gave a different answer in the batch")
 
 # %% [markdown]
 # Even the logits are not guaranteed bit-identical across batch shapes: floating-point
