@@ -40,7 +40,7 @@ bench: $(STAMP)                        ## every benchmark, printing ratios measu
 	@set -e; for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script; done
 
 train: $(STAMP)                        ## reproduce the shipped course model from scratch
-	$(BIN)/course train
+	$(BIN)/course train --threads 1
 
 eval: $(STAMP)                         ## the shipped model's quality on the held-out split
 	$(BIN)/course eval

@@ -79,16 +79,16 @@ def cmd_grade(args) -> int:
     return 0
 
 
-def _delegate(module: str):
-    def run(args) -> int:
-        import importlib
+# Commands whose arguments belong to another module's own parser (its --help included).
+DELEGATED = {"train": ("course_lib.train", "reproduce the shipped course model (seeded)"),
+             "eval": ("course_lib.evaluate", "measure the shipped model's quality on the held-out split")}
 
-        try:
-            target = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            raise UsageError(f"{module} is not available in this version of the course ({exc})") from None
-        return int(target.main(args.rest) or 0)
-    return run
+
+def run_delegated(command: str, rest: list[str]) -> int:
+    import importlib
+
+    module = importlib.import_module(DELEGATED[command][0])
+    return int(module.main(rest) or 0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,15 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     grd.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default 2)")
     grd.set_defaults(run=cmd_grade)
 
-    for name, module, text in (("train", "course_lib.train", "reproduce the shipped course model"),
-                               ("eval", "course_lib.evaluate", "measure the shipped model's quality")):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(run=_delegate(module))
+    for name, (_, text) in DELEGATED.items():
+        sub.add_parser(name, help=f"{text} (see course {name} --help)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        return run_delegated(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
