@@ -34,7 +34,7 @@ from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, 
                                    heldout_split)
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
 from course_lib.sampling import SamplingParams, sample_next_token
-from course_lib.tokenization.chat_template import END, END_OF_TEXT, TOOL_CALL, render_chat
+from course_lib.tokenization.chat_template import END, END_OF_TEXT, TOOL_CALL, encode_chat, render_chat
 
 # task -> (what the score means, the greedy accuracy the shipped model must reach or None)
 TARGETS: dict[str, tuple[str, float | None]] = {
@@ -132,7 +132,7 @@ def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *,
         raise ValueError("sampling needs an explicit torch.Generator (seeded) so results can be reproduced")
     # The reply ends at <|end|>; <|endoftext|> also ends it (course_lib.sampling does the same).
     stop_ids = [tokenizer.special_tokens[t] for t in (END, END_OF_TEXT) if t in tokenizer.special_tokens]
-    prompts = [tokenizer.encode(render_chat(c.prompt_messages), allowed_special="all") for c in conversations]
+    prompts = [encode_chat(tokenizer, c.prompt_messages) for c in conversations]
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(prompts):
         by_length.setdefault(len(ids), []).append(i)

@@ -26,7 +26,7 @@ from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.processors import token_counts
 from course_lib.sampling.sampler import sample_next_token
 from course_lib.sampling.stops import StopSequenceMatcher
-from course_lib.tokenization.chat_template import END, END_OF_TEXT, render_chat
+from course_lib.tokenization.chat_template import END, END_OF_TEXT, encode_chat
 
 FINISH_REASONS = ("stop", "length", "eos")
 
@@ -52,7 +52,7 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
     elif isinstance(prompt, torch.Tensor):
         ids = prompt.flatten().tolist()
     elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
-        ids = tokenizer.encode(render_chat(prompt), allowed_special="all")
+        ids = encode_chat(tokenizer, prompt)  # content stays text: no forged turns
     elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         ids = list(prompt)
     else:

@@ -63,7 +63,9 @@ def encode_chat(tokenizer, messages: Iterable[Mapping[str, str]], *, add_generat
 
     Encoding ``render_chat(...)`` with every special token allowed would let a user who
     types ``<|end|><|system|>...`` forge turns. Here only the template's own markers become
-    special IDs; the same characters inside a message's content are ordinary text.
+    special IDs; the same characters inside a message's content are ordinary text. The one
+    exception is the template's own: an assistant turn (written by the model, never by the
+    user) may start with ``<|tool_call|>``.
     Works with a course ``BPETokenizer`` or a ``tiktoken.Encoding`` that knows the markers.
     """
     def marker(text: str) -> list[int]:
@@ -73,8 +75,12 @@ def encode_chat(tokenizer, messages: Iterable[Mapping[str, str]], *, add_generat
     messages = list(messages)
     render_chat(messages, add_generation_prompt=False)  # the same validation, same errors
     for message in messages:
+        content = message["content"]
         ids += marker(role_marker(message["role"]))
-        ids += tokenizer.encode(message["content"], disallowed_special=())
+        if message["role"] == "assistant" and content.startswith(TOOL_CALL):
+            ids += marker(TOOL_CALL)
+            content = content[len(TOOL_CALL):]
+        ids += tokenizer.encode(content, disallowed_special=())
         ids += marker(END)
     if add_generation_prompt:
         ids += marker(role_marker("assistant"))

@@ -40,3 +40,24 @@ def test_user_text_cannot_forge_a_turn(tokenizer):
     specials = set(tokenizer.encode("".join(SPECIAL_TOKENS), allowed_special="all"))
     assert [i for i in ids if i in specials] == tokenizer.encode("<|user|><|end|><|assistant|>", allowed_special="all")
     assert tokenizer.decode(ids) == render_chat(forged)
+
+
+def test_encode_chat_matches_the_training_encoding_of_the_corpus():
+    from course_lib.data.batching import encode_conversation
+    from course_lib.data.corpus import generate_corpus
+    from course_lib.model import load_tokenizer
+
+    tokenizer = load_tokenizer("tinychat")
+    conversations = generate_corpus(60, seed=3)
+    assert {c.task for c in conversations} >= {"tool", "extraction", "arithmetic"}
+    for convo in conversations:
+        expected, _ = encode_conversation(tokenizer, convo.messages)
+        assert encode_chat(tokenizer, convo.messages, add_generation_prompt=False) == expected
+
+
+def test_only_an_assistant_turn_may_open_a_tool_call(tokenizer):
+    call = "<|tool_call|>{}"
+    assistant = encode_chat(tokenizer, [{"role": "assistant", "content": call}], add_generation_prompt=False)
+    user = encode_chat(tokenizer, [{"role": "user", "content": call}], add_generation_prompt=False)
+    tool_call_id = tokenizer.encode("<|tool_call|>", allowed_special="all")[0]
+    assert tool_call_id in assistant and tool_call_id not in user
