@@ -17,6 +17,10 @@ def nbgrader_env(cell_timeout: int | None = None) -> dict[str, str]:
     # nbgrader runs `alembic` as a subprocess, so the environment's bin/ must be on PATH.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Submissions are graded in parallel; torch's default of one thread per core in every
+    # kernel oversubscribes the CPU (a 6 s notebook took 70 s with two at once). The course's
+    # tensors are small, so one thread each is also the faster choice.
+    env.setdefault("OMP_NUM_THREADS", "1")
     if cell_timeout is not None:
         env["COURSE_CELL_TIMEOUT"] = str(cell_timeout)
     return env
