@@ -68,7 +68,7 @@ def bench_encoding(corpus: str) -> None:
     again, t_warm = best_of(3, tok.encode_ordinary, corpus)
     assert ours == expected and again == expected, "the course encoder disagrees with tiktoken"
     mb = len(corpus.encode()) / 1e6
-    print(f"(best of 3 runs each; a first pass starts from an empty chunk cache)")
+    print("(best of 3 runs each; a first pass starts from an empty chunk cache)")
     print(f"tiktoken (Rust, one thread): {t_tik:6.3f} s  {mb / t_tik:6.2f} MB/s")
     print(f"course, first pass:          {t_cold:6.3f} s  {mb / t_cold:6.2f} MB/s  ratio {t_cold / t_tik:.2f}x slower")
     print(f"course, second pass (warm):  {t_warm:6.3f} s  {mb / t_warm:6.2f} MB/s  ratio {t_warm / t_tik:.2f}x slower")

@@ -39,7 +39,7 @@ def cmd_lab(args) -> int:
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ip={args.ip}",
                f"--port={args.port}", f"--ServerApp.root_dir={paths.root}",
-               f"--LabApp.default_url=/lab/tree/notebooks"]
+               "--LabApp.default_url=/lab/tree/notebooks"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # containers and CI machines often run as root
     print(f"Starting JupyterLab on http://{args.ip}:{args.port}/lab/tree/notebooks "

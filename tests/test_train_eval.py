@@ -3,7 +3,6 @@ batched generation matches the model's own greedy loop, and the shipped model is
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
