@@ -1,9 +1,10 @@
 """The ``course`` command: open the course, check notebooks, release and grade them.
 
-    course lab                     start JupyterLab on notebooks/ (prints the URL)
-    course check NOTEBOOK          run a notebook, one line per exercise; exit 0 if all pass
+    course lab [--instructor]      start JupyterLab on notebooks/ (prints the URL); nbgrader's tools with --instructor
+    course check NOTEBOOK [--full] run a notebook, one line per exercise; exit 0 if all pass
+                                   (--full: the hidden tests too, run as the grader runs them)
     course release [NAME ...]      authoring file -> source notebook -> nbgrader release -> notebooks/
-    course grade NAME              autograde grading/submitted/*/NAME, feedback, CSV
+    course grade NAME              autograde grading/submitted/*/NAME in sandboxed kernels, feedback, CSV
     course train / course eval     reproduce / measure the shipped course model
 
 Exit status: 0 success, 1 something failed (a test, a submission), 2 bad input.
@@ -11,44 +12,39 @@ Exit status: 0 success, 1 something failed (a test, a submission), 2 bad input.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from course_lib.pipeline.authoring import AuthoringError, build_sources
 from course_lib.pipeline.check import check_notebook, format_report
-from course_lib.pipeline.grade import NoSubmissions, format_table, grade
+from course_lib.pipeline.grade import GradeOptions, NoSubmissions, format_table, grade
+from course_lib.pipeline.hidden import HiddenTestsMissing
 from course_lib.pipeline.nbgrader_run import NbgraderFailed
 from course_lib.pipeline.notebook_io import NotebookError
 from course_lib.pipeline.paths import CourseNotFound, find_course
 from course_lib.pipeline.release import UnknownAssignment, release
+from course_lib.pipeline.sandbox import Limits, SandboxUnavailable
 
 
-class UsageError(Exception):
-    """Bad input from the command line: printed as one line, exit 2."""
+def positive_int(text: str) -> int:
+    """argparse type: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
+    return value
 
 
 def cmd_lab(args) -> int:
-    from course_lib.tokenization.offline import prime_tiktoken_cache
+    from course_lib.lab import run_lab
 
-    paths = find_course()
-    env = dict(os.environ)
-    # Kernels inherit this: plain tiktoken.get_encoding works offline inside the notebooks.
-    env["TIKTOKEN_CACHE_DIR"] = str(prime_tiktoken_cache(paths.root / ".cache" / "tiktoken"))
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ip={args.ip}",
-               f"--port={args.port}", f"--ServerApp.root_dir={paths.root}",
-               "--LabApp.default_url=/lab/tree/notebooks"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")  # containers and CI machines often run as root
-    print(f"Starting JupyterLab on http://{args.ip}:{args.port}/lab/tree/notebooks "
-          "(the login URL with its token follows; Ctrl-C stops it)", flush=True)
-    return subprocess.call(command, env=env)
+    return run_lab(find_course(), args.ip, args.port, instructor=args.instructor)
 
 
 def cmd_check(args) -> int:
-    report = check_notebook(Path(args.notebook), cell_timeout=args.timeout)
+    report = check_notebook(Path(args.notebook), cell_timeout=args.timeout, full=args.full)
     print(format_report(report))
     return 0 if report.ok else 1
 
@@ -67,8 +63,11 @@ def cmd_release(args) -> int:
 
 def cmd_grade(args) -> int:
     paths = find_course()
-    grades = grade(paths, args.assignment, cell_timeout=args.cell_timeout,
-                   notebook_timeout=args.timeout, jobs=args.jobs)
+    options = GradeOptions(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout, jobs=args.jobs,
+                           sandbox=not args.no_sandbox,
+                           limits=Limits(args.memory_mb, args.processes, args.cpu_seconds))
+    grades = grade(paths, args.assignment, options)
+    print(options.describe())
     print(format_table(grades))
     print(f"grades: {(paths.grades / (args.assignment + '.csv')).relative_to(paths.root)}; "
           f"feedback: {paths.feedback.relative_to(paths.root)}/<student>/{args.assignment}/")
@@ -98,11 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="start JupyterLab on the course notebooks")
     lab.add_argument("--ip", default="127.0.0.1")
     lab.add_argument("--port", type=int, default=8888)
+    lab.add_argument("--instructor", action="store_true",
+                     help="show nbgrader's tools (Nbgrader menu, Create Assignment, formgrader) for grading/")
     lab.set_defaults(run=cmd_lab)
 
     check = sub.add_parser("check", help="run a notebook and report each exercise's visible tests")
     check.add_argument("notebook")
     check.add_argument("--timeout", type=int, default=120, help="seconds allowed per cell (default 120)")
+    check.add_argument("--full", action="store_true",
+                       help="also run the hidden tests (needs grading/hidden/, the answer key: for learners working alone)")
     check.set_defaults(run=cmd_check)
 
     rel = sub.add_parser("release", help="rebuild and release notebooks into notebooks/")
@@ -111,9 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     grd = sub.add_parser("grade", help="autograde grading/submitted/<student>/ASSIGNMENT")
     grd.add_argument("assignment")
-    grd.add_argument("--cell-timeout", type=int, default=30, help="seconds per cell (default 30)")
+    grd.add_argument("--cell-timeout", type=positive_int, default=30, help="seconds per cell (default 30)")
     grd.add_argument("--timeout", type=float, default=900, help="seconds per submission in total (default 900)")
-    grd.add_argument("--jobs", type=int, default=2, help="submissions graded at once (default 2)")
+    grd.add_argument("--jobs", type=positive_int, default=2, help="submissions graded at once (default 2)")
+    grd.add_argument("--memory-mb", type=positive_int, default=Limits.memory_mb,
+                     help=f"memory (address space) of each student kernel (default {Limits.memory_mb})")
+    grd.add_argument("--processes", type=positive_int, default=Limits.processes,
+                     help=f"processes and threads allowed in each sandbox (default {Limits.processes})")
+    grd.add_argument("--cpu-seconds", type=positive_int, default=Limits.cpu_seconds,
+                     help=f"CPU seconds for each process in a sandbox (default {Limits.cpu_seconds})")
+    grd.add_argument("--no-sandbox", action="store_true",
+                     help="grade without the sandbox: student code runs as you, with the course folder reachable")
     grd.set_defaults(run=cmd_grade)
 
     for name, (_, text) in DELEGATED.items():
@@ -128,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, NotebookError, AuthoringError, UnknownAssignment, NoSubmissions, CourseNotFound) as exc:
+    except (NotebookError, AuthoringError, UnknownAssignment, NoSubmissions, CourseNotFound,
+            HiddenTestsMissing, SandboxUnavailable) as exc:
         print(f"course {args.command}: {exc}", file=sys.stderr)
         return 2
     except NbgraderFailed as exc:

@@ -9,17 +9,18 @@ nbgrader metadata that release and autograding need. Cells start with a ``# %%``
     # %% [setup]             code the learner cannot change (imports, data); restored at grading
     # %% [solution] softmax  the learner's answer cell; put the answer between
     #                        ### BEGIN SOLUTION / ### END SOLUTION
-    # %% [tests] softmax     visible tests that teach (what `course check` runs)
-    # %% [hidden] softmax points=3
-    #                        hidden tests, right after the visible ones
+    # %% [tests] softmax points=3
+    #                        visible tests that teach (what `course check` runs); the cell
+    #                        is the exercise's graded cell and carries all its points
 
-A [tests] block and the [hidden] block after it become ONE graded notebook cell, the usual
-nbgrader shape: the visible tests, then the hidden ones between ### BEGIN HIDDEN TESTS and
-### END HIDDEN TESTS. The learner's copy keeps only the visible part; grading runs both, so
-the exercise's points need both to pass. Every solution needs such a pair with its name.
+The hidden tests are not in the notebook at all: they are the function ``softmax`` in
+``grading/hidden/NN_topic.py``, run in the grader's process (see pipeline/hidden.py). At
+grading the test cell's verdict is that function's; the visible tests teach and let a
+learner check themselves. Every solution needs a [tests] cell with its name and points.
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +30,11 @@ from nbformat import NotebookNode
 
 from course_lib.pipeline.notebook_io import write_notebook
 
-KINDS = ("markdown", "code", "setup", "solution", "tests", "hidden")
+KINDS = ("markdown", "code", "setup", "solution", "tests")
 HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?P<args>.*)$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-HIDDEN_PREFIX = "# Hidden tests for `{name}` run when your notebook is graded.\n"
-BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+TESTS_NOTE = "# Graded by hidden tests too, which try more cases of the rules stated above.\n"
 
 
 class AuthoringError(ValueError):
@@ -82,20 +82,20 @@ def parse(text: str, origin: str = "<authoring>") -> list[CellSpec]:
             raise AuthoringError(f"{origin}:{number}: unknown cell kind [{kind}]; use one of {', '.join(KINDS)}")
         args = match["args"].split()
         spec = CellSpec(kind=kind, line=number)
-        if kind in ("solution", "tests", "hidden"):
+        if kind in ("solution", "tests"):
             if not args or not NAME.match(args[0]):
                 raise AuthoringError(f"{origin}:{number}: [{kind}] needs an exercise name like 'softmax'")
             spec.name = args.pop(0)
         for arg in args:
             key, _, value = arg.partition("=")
-            if kind != "hidden" or key != "points":
-                raise AuthoringError(f"{origin}:{number}: unexpected '{arg}' (only [hidden] takes points=N)")
+            if kind != "tests" or key != "points":
+                raise AuthoringError(f"{origin}:{number}: unexpected '{arg}' (only [tests] takes points=N)")
             try:
                 spec.points = float(value)
             except ValueError:
                 raise AuthoringError(f"{origin}:{number}: points must be a number, got {value!r}") from None
-        if kind == "hidden" and spec.points <= 0:
-            raise AuthoringError(f"{origin}:{number}: [hidden] {spec.name} needs points=N with N > 0")
+        if kind == "tests" and spec.points <= 0:
+            raise AuthoringError(f"{origin}:{number}: [tests] {spec.name} needs points=N with N > 0")
         cells.append(spec)
     _check_rules(cells, origin)
     return cells
@@ -117,16 +117,17 @@ def _check_rules(cells: list[CellSpec], origin: str) -> None:
             seen[key] = cell.line
         if cell.kind == "solution" and not ("### BEGIN SOLUTION" in cell.body and "### END SOLUTION" in cell.body):
             raise AuthoringError(f"{origin}:{cell.line}: [solution] {cell.name} needs ### BEGIN SOLUTION / ### END SOLUTION")
-    for before, cell in zip(cells, cells[1:]):
-        if (cell.kind == "hidden") != (before.kind == "tests") or (cell.kind == "hidden" and cell.name != before.name):
-            where = cell if cell.kind == "hidden" else before
-            raise AuthoringError(f"{origin}:{where.line}: each [tests] NAME must be followed directly by [hidden] NAME")
-    if cells and cells[-1].kind == "tests":
-        raise AuthoringError(f"{origin}:{cells[-1].line}: [tests] {cells[-1].name} needs a [hidden] block after it")
     solutions = {name for kind, name in seen if kind == "solution"}
-    tested = {name for kind, name in seen if kind == "hidden"}
+    tested = {name for kind, name in seen if kind == "tests"}
     if solutions - tested:
-        raise AuthoringError(f"{origin}: solutions without tests: {', '.join(sorted(solutions - tested))}")
+        raise AuthoringError(f"{origin}: solutions without [tests]: {', '.join(sorted(solutions - tested))}")
+    if tested - solutions:
+        raise AuthoringError(f"{origin}: [tests] without a [solution]: {', '.join(sorted(tested - solutions))}")
+
+
+def exercises(cells: list[CellSpec]) -> list[str]:
+    """The exercise names, in notebook order."""
+    return [cell.name for cell in cells if cell.kind == "tests"]
 
 
 def _nbgrader(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
@@ -137,22 +138,21 @@ def _nbgrader(grade_id: str, *, grade=False, solution=False, locked=False, point
     return meta
 
 
-def to_cell(spec: CellSpec, index: int, hidden: CellSpec | None = None) -> NotebookNode:
-    """One cell spec (a [tests] one with its [hidden] partner) -> one notebook cell."""
+def to_cell(spec: CellSpec, index: int) -> NotebookNode:
+    """One cell spec -> one notebook cell with nbgrader's metadata."""
     if spec.kind == "markdown":
         return nbformat.v4.new_markdown_cell(spec.body, id=f"md-{index:02d}")
     source = spec.body
     grade_id = {"code": "", "setup": f"setup-{index:02d}", "solution": spec.name, "tests": f"{spec.name}-tests"}[spec.kind]
     if spec.kind == "tests":
-        source += "\n\n" + HIDDEN_PREFIX.format(name=spec.name)
-        source += f"{BEGIN_HIDDEN}\n{hidden.body}\n{END_HIDDEN}"
+        source = TESTS_NOTE + source
     cell = nbformat.v4.new_code_cell(source, id=grade_id or f"code-{index:02d}")
     if spec.kind == "setup":
         cell.metadata["nbgrader"] = _nbgrader(grade_id, locked=True)
     elif spec.kind == "solution":
         cell.metadata["nbgrader"] = _nbgrader(grade_id, solution=True)
     elif spec.kind == "tests":
-        points = int(hidden.points) if hidden.points.is_integer() else hidden.points
+        points = int(spec.points) if spec.points.is_integer() else spec.points
         cell.metadata["nbgrader"] = _nbgrader(grade_id, grade=True, locked=True, points=points)
         cell.metadata["course"] = {"role": "tests", "exercise": spec.name}
     if spec.kind in ("setup", "tests"):
@@ -166,8 +166,7 @@ def build_notebook(authoring_file: Path) -> NotebookNode:
     specs = parse(text, origin=str(authoring_file))
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
-    partners = {i - 1: spec for i, spec in enumerate(specs) if spec.kind == "hidden"}
-    nb.cells = [to_cell(spec, i, partners.get(i)) for i, spec in enumerate(specs) if spec.kind != "hidden"]
+    nb.cells = [to_cell(spec, i) for i, spec in enumerate(specs)]
     nbformat.validate(nb)
     return nb
 
@@ -184,7 +183,21 @@ def build_sources(authoring_dir: Path, source_dir: Path, names: list[str] | None
         files = [f for f in files if f.stem in wanted]
     written = []
     for file in files:
+        check_hidden_tests(file, Path(authoring_dir).parent / "hidden" / file.name)
         target = Path(source_dir) / file.stem / f"{file.stem}.ipynb"
         write_notebook(build_notebook(file), target)
         written.append(target)
     return written
+
+
+def check_hidden_tests(authoring_file: Path, hidden_file: Path) -> None:
+    """Every exercise of the notebook has its hidden test, ``def NAME(learner, check)``."""
+    names = exercises(parse(Path(authoring_file).read_text(encoding="utf-8"), origin=str(authoring_file)))
+    if not hidden_file.is_file():
+        raise AuthoringError(f"{authoring_file}: its hidden tests belong in {hidden_file}, which is missing")
+    tree = ast.parse(hidden_file.read_text(encoding="utf-8"), filename=str(hidden_file))
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    missing = [name for name in names if name not in defined]
+    if missing:
+        raise AuthoringError(f"{hidden_file}: no hidden test for {', '.join(missing)}; "
+                             f"add `def {missing[0]}(learner, check):`")

@@ -1,19 +1,22 @@
 """``course check``: run a notebook top to bottom in a fresh kernel, report each exercise.
 
-One line per exercise: passed, not attempted, or failed with the test's own message. Cells
-are bounded in time; a dead kernel or a hung cell is reported, never a traceback.
+One line per exercise: passed, not attempted, or failed with the visible test's own message.
+Cells are bounded in time; a dead kernel or a hung cell is reported, never a traceback.
+``--full`` (``full=True``) then runs the hidden tests too, the way the grader does: the
+answer cells in a fresh sandboxed kernel, the hidden tests in this process.
 """
 from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from course_lib.pipeline.feedback import BEGIN
+from course_lib.pipeline.learner import ipc_kernel_manager
 from course_lib.pipeline.notebook_io import read_notebook
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -24,7 +27,7 @@ class ExerciseResult:
     exercise: str
     status: str  # "passed", "failed", "not attempted"
     message: str = ""
-    hidden: bool = False  # the cell held hidden tests too (only the instructor's source does)
+    hidden: str = ""  # with --full: "passed", or the first failed hidden check
 
 
 @dataclass
@@ -36,7 +39,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.fatal and all(e.status == "passed" for e in self.exercises)
+        return not self.fatal and all(e.status == "passed" and e.hidden in ("", "passed") for e in self.exercises)
 
 
 def _error(cell) -> tuple[str, str] | None:
@@ -48,8 +51,13 @@ def _error(cell) -> tuple[str, str] | None:
 
 
 def execute(nb, workdir: Path, cell_timeout: int):
+    with tempfile.TemporaryDirectory(prefix="course-check-") as run_dir:
+        return _execute(nb, workdir, cell_timeout, ipc_kernel_manager(Path(run_dir) / "kernel"))
+
+
+def _execute(nb, workdir: Path, cell_timeout: int, manager):
     client = NotebookClient(
-        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+        nb, km=manager, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
         interrupt_on_timeout=True, record_timing=False,
         error_on_timeout={"ename": "CellTimeoutError", "evalue": f"the cell ran longer than {cell_timeout} s and was interrupted", "traceback": []},
         resources={"metadata": {"path": str(workdir)}},
@@ -65,28 +73,60 @@ def summarize(nb, path: Path) -> CheckReport:
         role = meta.get("course", {}).get("role")
         error = _error(cell) if cell.cell_type == "code" else None
         if role == "tests":
-            hidden = BEGIN in cell.source
             name = meta["course"]["exercise"]
             if error is None:
-                report.exercises.append(ExerciseResult(name, "passed", hidden=hidden))
+                report.exercises.append(ExerciseResult(name, "passed"))
             elif error[0] == "NotImplementedError":
                 report.exercises.append(ExerciseResult(
-                    name, "not attempted", "replace `raise NotImplementedError()` in its answer cell", hidden))
+                    name, "not attempted", "replace `raise NotImplementedError()` in its answer cell"))
             else:
                 message = f"{error[0]}: {error[1]}" if error[1] else error[0]
-                report.exercises.append(ExerciseResult(name, "failed", message, hidden))
+                report.exercises.append(ExerciseResult(name, "failed", message))
         elif error is not None and error[0] != "NotImplementedError":  # unfinished work is reported above
             report.other_errors.append(f"cell {index + 1}: {error[0]}: {error[1]}")
     return report
 
 
-def check_notebook(path: Path | str, *, cell_timeout: int = 120) -> CheckReport:
+def check_notebook(path: Path | str, *, cell_timeout: int = 120, full: bool = False) -> CheckReport:
     """Run ``path`` in a fresh kernel (cwd = its folder) and summarize its tests.
 
     Raises NotebookError (from read_notebook) for anything that is not a valid notebook.
     """
     path = Path(path)
     nb = read_notebook(path)
+    report = _visible(nb, path, cell_timeout)
+    if full and not report.fatal:
+        add_hidden_verdicts(report, read_notebook(path), cell_timeout)
+    return report
+
+
+def add_hidden_verdicts(report: CheckReport, nb, cell_timeout: int) -> None:
+    """Grade ``nb``'s answers with the hidden tests, as ``course grade`` would."""
+    from course_lib.pipeline.autograde import GradingFailed, grade_answers
+    from course_lib.pipeline.paths import find_course
+    from course_lib.pipeline.sandbox import Limits, SandboxUnavailable, check_available
+
+    try:
+        check_available()
+        limits = Limits()
+    except SandboxUnavailable:
+        limits = None  # your own code on your own machine: the sandbox is only a courtesy here
+    try:
+        verdicts = grade_answers(nb, find_course(report.path.resolve().parent), report.path.stem,
+                                 limits=limits, cell_timeout=cell_timeout, notebook_timeout=3600)
+    except GradingFailed as exc:
+        report.fatal = f"the hidden tests could not run: {exc.args[0]}"
+        return
+    by_name = {e.exercise: e for e in report.exercises}
+    for index, checks in verdicts.items():
+        failed = [r for r in checks.results if not r.passed]
+        exercise = nb.cells[index].metadata["nbgrader"]["grade_id"].removesuffix("-tests")
+        if exercise in by_name:
+            by_name[exercise].hidden = "passed" if not failed else (
+                f"{len(failed)} of {len(checks.results)} fail; first: {failed[0].label}: {failed[0].message}")
+
+
+def _visible(nb, path: Path, cell_timeout: int) -> CheckReport:
     try:
         execute(nb, path.parent.resolve(), cell_timeout)
     except DeadKernelError:
@@ -104,10 +144,11 @@ def format_report(report: CheckReport) -> str:
     lines = [f"{report.path.name}:"]
     marks = {"passed": "✓", "failed": "✗", "not attempted": "·"}
     for e in report.exercises:
-        label = e.exercise + (" (visible + hidden tests)" if e.hidden else "")
         tail = f": {e.message}" if e.message else ""
         suffix = "" if e.status == "passed" else f" [{e.status}]"
-        lines.append(f"  {marks[e.status]} {label}{suffix}{tail}")
+        lines.append(f"  {marks[e.status]} {e.exercise}{suffix}{tail}")
+        if e.hidden and e.status != "not attempted":
+            lines.append(f"      hidden tests: {'✓ all pass' if e.hidden == 'passed' else '✗ ' + e.hidden}")
     for other in report.other_errors:
         lines.append(f"  ! {other}")
     if report.fatal:

@@ -1,25 +1,36 @@
 """``course grade``: autograde every submission, write feedback and a grades CSV.
 
 nbgrader alone reports a submission it could not grade (corrupt JSON, a dead kernel, a hang)
-as 0.0 in its CSV, the same as an honest zero. Here each student is autograded in its own
-nbgrader process with a time limit; one that fails is reported as FAILED with the reason,
-its stale grade is removed from the gradebook, and every other student keeps theirs.
+as 0.0 in its CSV, the same as an honest zero. Here ``--jobs`` worker processes
+(grade_worker.py) each take the next student in turn and run nbgrader's autograde, whose
+Execute step is the sandboxed, out-of-process grading of autograde.py. A submission that
+fails is FAILED with the reason, its stale grade is removed from the gradebook, and every
+other student keeps theirs. Feedback, the gradebook and the CSV are written here, by the
+grader alone, once every student kernel is gone.
 """
 from __future__ import annotations
 
 import csv
+import json
+import os
+import queue
 import shutil
+import signal
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import sys
+import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 
-from course_lib.pipeline.nbgrader_run import log_tail, run_nbgrader
+from course_lib.pipeline.grade_worker import RESULT
+from course_lib.pipeline.nbgrader_run import nbgrader_env, run_nbgrader
 from course_lib.pipeline.notebook_io import NotebookError, read_notebook
 from course_lib.pipeline.paths import CoursePaths
 from course_lib.pipeline.release import generate, resolve_assignments
+from course_lib.pipeline.sandbox import Limits, check_available
 
 CSV_FIELDS = ("student", "status", "score", "max_score", "reason")
 
@@ -61,16 +72,6 @@ def precheck(paths: CoursePaths, assignment: str, student: str) -> str:
     return ""
 
 
-def explain_failure(log: str) -> str:
-    """A one-line reason from nbgrader's log of a failed autograde."""
-    if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
-        return "the kernel died while running the notebook (os._exit, a crash or out of memory)"
-    if "UnresponsiveKernelError" in log or "CellTimeoutError" in log or "Timeout waiting" in log:
-        return "a cell hung and the kernel did not respond to an interrupt"
-    errors = [line for line in log.splitlines() if "ERROR" in line or "Error" in line]
-    return (errors[-1] if errors else (log.strip().splitlines() or ["nbgrader failed"])[-1]).strip()[:300]
-
-
 def _forget(paths: CoursePaths, assignment: str, student: str) -> None:
     """Remove a student's earlier results so that a failure never shows a stale grade."""
     for folder in (paths.autograded, paths.feedback):
@@ -82,21 +83,114 @@ def _forget(paths: CoursePaths, assignment: str, student: str) -> None:
             pass
 
 
-def autograde_one(paths: CoursePaths, assignment: str, student: str, *,
-                  cell_timeout: int, notebook_timeout: float) -> StudentGrade:
-    try:
-        result = run_nbgrader(paths.grading, "autograde", assignment, "--student", student, "--force",
-                              timeout=notebook_timeout, cell_timeout=cell_timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return StudentGrade(student, "FAILED", reason=f"grading took longer than {notebook_timeout:g} s in total")
-    autograded = paths.autograded / student / assignment / f"{assignment}.ipynb"
-    if result.returncode != 0 or not autograded.exists():
-        return StudentGrade(student, "FAILED", reason=explain_failure(log_tail(result, 60)))
-    return StudentGrade(student, "graded")
+@dataclass(frozen=True)
+class GradeOptions:
+    cell_timeout: int = 30          # seconds per cell and per hidden-test call
+    notebook_timeout: float = 900   # seconds per submission in total
+    jobs: int = 2                   # submissions graded at once
+    sandbox: bool = True            # False: student code runs as you (--no-sandbox)
+    limits: Limits = Limits()
+
+    def worker_options(self) -> str:
+        return json.dumps({"sandbox": self.sandbox, "cell_timeout": self.cell_timeout,
+                           "notebook_timeout": self.notebook_timeout, "memory_mb": self.limits.memory_mb,
+                           "processes": self.limits.processes, "cpu_seconds": self.limits.cpu_seconds})
+
+    def describe(self) -> str:
+        if not self.sandbox:
+            return ("sandbox: OFF (--no-sandbox): student code ran as you, with the course folder "
+                    "(answer key, gradebook) reachable")
+        return f"sandbox: on ({self.limits.describe()}; {self.cell_timeout} s per cell)"
 
 
-def grade(paths: CoursePaths, assignment: str, *, cell_timeout: int = 30,
-          notebook_timeout: float = 900, jobs: int = 2) -> list[StudentGrade]:
+class _Worker:
+    """One grade_worker process: send a student, wait for its line, within a time limit."""
+
+    def __init__(self, paths: CoursePaths, assignment: str, options: GradeOptions) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "course_lib.pipeline.grade_worker", options.worker_options(), assignment],
+            cwd=paths.grading, env=nbgrader_env(), text=True, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.log: deque[str] = deque(maxlen=40)
+        threading.Thread(target=self._pump, args=(self.process.stdout, True), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.process.stderr, False), daemon=True).start()
+
+    def _pump(self, stream, answers: bool) -> None:
+        for line in stream:
+            if answers and line.startswith(RESULT + " "):
+                self.lines.put(json.loads(line[len(RESULT) + 1:]))
+            else:
+                self.log.append(line.rstrip())
+        if answers:
+            self.lines.put(None)  # the worker has exited
+
+    def grade(self, student: str, timeout: float) -> StudentGrade:
+        self.process.stdin.write(student + "\n")
+        self.process.stdin.flush()
+        try:
+            answer = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            return StudentGrade(student, "FAILED", reason=f"grading took longer than {timeout:g} s in total")
+        if answer is None or answer["student"] != student:
+            tail = next((l for l in reversed(self.log) if l.strip()), "no message")
+            return StudentGrade(student, "FAILED", reason=f"the grading process stopped ({tail[:200]})")
+        return StudentGrade(student, "graded" if answer["ok"] else "FAILED", reason=answer["reason"])
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def close(self) -> None:
+        if self.alive:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _autograde_all(paths: CoursePaths, assignment: str, students: list[str],
+                   options: GradeOptions) -> dict[str, StudentGrade]:
+    """Each of ``jobs`` threads drives one worker, taking the next student when free."""
+    todo: deque[str] = deque(students)
+    lock = threading.Lock()
+    results: dict[str, StudentGrade] = {}
+    # The worker enforces the total time itself; this outer bound only catches a stuck worker.
+    allowance = options.notebook_timeout + 60
+
+    def drive() -> None:
+        worker = None
+        try:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    student = todo.popleft()
+                if worker is None or not worker.alive:
+                    worker = _Worker(paths, assignment, options)
+                results[student] = worker.grade(student, allowance)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    threads = [threading.Thread(target=drive) for _ in range(max(1, min(options.jobs, len(students))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def grade(paths: CoursePaths, assignment: str, options: GradeOptions = GradeOptions()) -> list[StudentGrade]:
     """Autograde every submission of ``assignment``; feedback and CSV for the graded ones."""
     (assignment,) = resolve_assignments(paths, [assignment])
     students = find_students(paths, assignment)
@@ -105,6 +199,8 @@ def grade(paths: CoursePaths, assignment: str, *, cell_timeout: int = 30,
             f"no submissions for {assignment}: put each one at "
             f"{paths.submitted.relative_to(paths.root)}/<student>/{assignment}/{assignment}.ipynb"
         )
+    if options.sandbox:
+        check_available()
     generate(paths, assignment)  # the gradebook must hold the current source cells
     results: dict[str, StudentGrade] = {}
     runnable = []
@@ -115,10 +211,7 @@ def grade(paths: CoursePaths, assignment: str, *, cell_timeout: int = 30,
             results[student] = StudentGrade(student, "FAILED", reason=reason)
         else:
             runnable.append(student)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {s: pool.submit(autograde_one, paths, assignment, s, cell_timeout=cell_timeout,
-                                  notebook_timeout=notebook_timeout) for s in runnable}
-        results.update({s: f.result() for s, f in futures.items()})
+    results.update(_autograde_all(paths, assignment, runnable, options))
     graded = [s for s in students if results[s].status == "graded"]
     for student in students:
         if results[student].status == "FAILED":

@@ -12,7 +12,7 @@ class NbgraderFailed(RuntimeError):
     """nbgrader exited non-zero; the message carries the tail of its log."""
 
 
-def nbgrader_env(cell_timeout: int | None = None) -> dict[str, str]:
+def nbgrader_env() -> dict[str, str]:
     env = dict(os.environ)
     # nbgrader runs `alembic` as a subprocess, so the environment's bin/ must be on PATH.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
@@ -21,17 +21,15 @@ def nbgrader_env(cell_timeout: int | None = None) -> dict[str, str]:
     # kernel oversubscribes the CPU (a 6 s notebook took 70 s with two at once). The course's
     # tensors are small, so one thread each is also the faster choice.
     env.setdefault("OMP_NUM_THREADS", "1")
-    if cell_timeout is not None:
-        env["COURSE_CELL_TIMEOUT"] = str(cell_timeout)
     return env
 
 
 def run_nbgrader(grading_dir: Path, *args: str, timeout: float | None = None,
-                 cell_timeout: int | None = None, check: bool = True) -> subprocess.CompletedProcess:
+                 check: bool = True) -> subprocess.CompletedProcess:
     """``nbgrader ARGS`` with cwd = the course root; raise NbgraderFailed on failure if check."""
     command = [sys.executable, "-m", "nbgrader", *args]
     # A new session, so that on timeout the whole group (nbgrader and its kernel) is killed.
-    process = subprocess.Popen(command, cwd=grading_dir, env=nbgrader_env(cell_timeout), text=True,
+    process = subprocess.Popen(command, cwd=grading_dir, env=nbgrader_env(), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)

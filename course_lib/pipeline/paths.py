@@ -28,6 +28,10 @@ class CoursePaths:
         return self.grading / "source"
 
     @property
+    def hidden(self) -> Path:  # hidden tests, one .py per notebook, run in the grader's process
+        return self.grading / "hidden"
+
+    @property
     def release(self) -> Path:
         return self.grading / "release"
 

@@ -1,0 +1,122 @@
+"""nbgrader's Execute step, replaced: answers run sandboxed, verdicts are computed here.
+
+``grading/nbgrader_config.py`` puts ``GradeOutOfProcess`` first in
+``Autograde.autograde_preprocessors``, where nbgrader's ``Execute`` used to be. For one
+submission it
+
+1. starts the student's kernel in the grading sandbox and runs only the setup and solution
+   cells (nbgrader has already restored the locked cells from the gradebook);
+2. runs each exercise's hidden test, ``grading/hidden/<assignment>.py``, in this process:
+   the test calls the student's functions with plain data and compares plain data;
+3. writes each verdict into that exercise's graded test cell as its output: one line per
+   hidden check, and an error output when any failed, so nbgrader's own ``SaveAutoGrades``
+   scores the cell (full points or none) and its feedback shows each check's message but
+   never the test's code or expected values.
+
+The kernel is gone before this step returns, so the gradebook, feedback and CSV are written
+by the grader alone. A submission whose answer cells kill or hang the kernel, or that runs
+out of total time, raises ``GradingFailed``: the submission is FAILED with that reason.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Float, Integer
+
+from course_lib.pipeline.hidden import Checks, hidden_test, load_hidden, run_hidden_test
+from course_lib.pipeline.learner import LearnerKernel, LearnerUnavailable
+from course_lib.pipeline.paths import CoursePaths, find_course
+from course_lib.pipeline.reference_stubs import write_stubs
+from course_lib.pipeline.sandbox import Limits
+
+TESTS_SUFFIX = "-tests"  # a graded test cell's grade_id is "<exercise>-tests"
+MAX_RESTARTS = 3         # fresh kernels after one died inside a hidden test's call
+
+
+class GradingFailed(RuntimeError):
+    """This submission cannot be graded; str(exc) is the reason shown to the instructor."""
+
+    MARKER = "COURSE-GRADING-FAILED:"
+
+    def __str__(self) -> str:
+        return f"{self.MARKER} {self.args[0]}"
+
+
+def graded_exercises(nb) -> list[tuple[int, str]]:
+    """(cell index, exercise name) of every graded test cell."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id", "")
+        if cell.cell_type == "code" and meta.get("grade") and grade_id.endswith(TESTS_SUFFIX):
+            found.append((index, grade_id[: -len(TESTS_SUFFIX)]))
+    return found
+
+
+def verdict_outputs(checks: Checks) -> list:
+    """A test cell's outputs: the check lines, plus an error when any check failed."""
+    outputs = [nbformat.v4.new_output("stream", name="stdout", text="Hidden tests:\n" + checks.report() + "\n")]
+    failed = [r for r in checks.results if not r.passed]
+    if failed:
+        first = failed[0]
+        outputs.append(nbformat.v4.new_output(
+            "error", ename="HiddenTestsFailed", traceback=[],
+            evalue=f"{len(failed)} of {len(checks.results)} hidden checks failed; first: {first.label}: {first.message}"))
+    return outputs
+
+
+def grade_answers(nb, paths: CoursePaths, assignment: str, *, limits: Limits | None,
+                  cell_timeout: float, notebook_timeout: float, submission_dir: Path | None = None
+                  ) -> dict[int, Checks]:
+    """Run ``nb``'s answer cells in a (sandboxed) kernel and every exercise's hidden test here.
+
+    Returns {test cell index: its checks}. Raises GradingFailed when the answer cells cannot
+    run to the end (the kernel dies or hangs) or the total time runs out.
+    """
+    tests = load_hidden(paths.hidden / f"{assignment}.py")
+    exercises = [(index, hidden_test(tests, name)) for index, name in graded_exercises(nb)]
+    deadline = time.monotonic() + notebook_timeout
+    verdicts = {}
+    with tempfile.TemporaryDirectory(prefix="course-stubs-") as stubs:
+        overlays = write_stubs(list(getattr(tests, "REFERENCES", ())), Path(stubs))
+        with LearnerKernel(nb, course_root=paths.root, submission_dir=submission_dir, limits=limits,
+                           cell_timeout=cell_timeout, deadline=deadline, overlays=overlays) as learner:
+            try:
+                learner.run_answer_cells()
+            except LearnerUnavailable as exc:
+                raise GradingFailed(str(exc)) from None
+            for index, test in exercises:
+                if learner.dead and learner.starts <= MAX_RESTARTS and time.monotonic() < deadline:
+                    try:
+                        learner.restart()
+                    except LearnerUnavailable:
+                        pass  # the checks below record that the kernel is gone
+                verdicts[index] = run_hidden_test(test, learner)
+    if time.monotonic() > deadline:
+        raise GradingFailed(f"grading took longer than {notebook_timeout:g} s in total")
+    return verdicts
+
+
+class GradeOutOfProcess(NbGraderPreprocessor):
+    """Run the answers in a sandboxed kernel and the hidden tests here (see the module doc)."""
+
+    sandbox = Bool(True, help="run student kernels in the bubblewrap sandbox").tag(config=True)
+    cell_timeout = Integer(30, help="seconds per cell and per hidden-test call").tag(config=True)
+    notebook_timeout = Float(900, help="seconds for the whole submission").tag(config=True)
+    memory_mb = Integer(Limits.memory_mb, help="address-space limit of a student kernel").tag(config=True)
+    processes = Integer(Limits.processes, help="tasks allowed in a sandbox").tag(config=True)
+    cpu_seconds = Integer(Limits.cpu_seconds, help="CPU seconds per sandboxed process").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        limits = Limits(self.memory_mb, self.processes, self.cpu_seconds) if self.sandbox else None
+        submission = Path(resources.get("metadata", {}).get("path") or ".")
+        verdicts = grade_answers(nb, find_course(Path.cwd()), resources["nbgrader"]["assignment"],
+                                 limits=limits, cell_timeout=self.cell_timeout,
+                                 notebook_timeout=self.notebook_timeout, submission_dir=submission)
+        for index, checks in verdicts.items():
+            nb.cells[index].outputs = verdict_outputs(checks)
+        return nb, resources
