@@ -139,46 +139,8 @@ def softmax_with_temperature(logits, temperature=1.0):
     return weights / weights.sum()
     ### END SOLUTION
 
-# %% [tests] softmax_with_temperature
+# %% [tests] softmax_with_temperature points=3
 check.softmax_with_temperature(softmax_with_temperature)
-
-# %% [hidden] softmax_with_temperature points=3
-import math
-import random
-import sys
-
-sys.modules.pop("course_lib.checks.integrity", None)  # a fresh copy, whatever was patched
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-NEG_INF = float("-inf")
-
-
-def _expected(z, T):
-    top = max(x for x in z if x != NEG_INF)
-    if T == 0:
-        w = [1.0 if x == top else 0.0 for x in z]
-    else:
-        w = [0.0 if x == NEG_INF else math.exp((x - top) / T) for x in z]
-    s = sum(w)
-    return [x / s for x in w]
-
-
-rng = random.Random(20261129)
-cases = [([2.0, 1.0, 0.0], 0.7), ([5.0, 5.0, 1.0], 0.0), ([3.0, -1.0, 3.0, 0.5], 1e-12),
-         ([800.0, 790.0, -800.0], 0.5), ([-1000.0, -1001.0], 2.0), ([0.0, NEG_INF, 1.0], 1.3),
-         ([7.0], 0.0), ([1.0, 2.0, 3.0], 1e6)]
-cases += [([rng.uniform(-40, 40) for _ in range(rng.randint(1, 12))], rng.choice([0.05, 0.5, 1.0, 3.0, 25.0]))
-          for _ in range(25)]
-for z, T in cases:
-    got = guard.call(softmax_with_temperature, list(z), T)
-    guard.assert_close(f"softmax at T={T}", got, _expected(z, T), tol=1e-6)
-try:
-    guard.call(softmax_with_temperature, [1.0, 2.0], -0.5)
-except ValueError:
-    pass
-else:
-    raise AssertionError("a negative temperature must raise ValueError")
 
 # %% [markdown]
 # With a correct softmax you can see the limit happen: as $T$ shrinks, the distribution
@@ -210,26 +172,8 @@ def request_cost(prompt_tokens, completion_tokens, *, input_usd_per_mtok, output
     return (prompt_tokens * input_usd_per_mtok + completion_tokens * output_usd_per_mtok) / 1_000_000
     ### END SOLUTION
 
-# %% [tests] request_cost
+# %% [tests] request_cost points=2
 check.request_cost(request_cost)
-
-# %% [hidden] request_cost points=2
-import sys
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-for p, c, i, o in [(1000, 500, 3.0, 15.0), (0, 0, 1.0, 1.0), (123456, 7890, 0.15, 0.6),
-                   (10**7, 10**6, 2.5, 10.0), (1, 1, 0.0, 0.0)]:
-    got = guard.call(request_cost, p, c, input_usd_per_mtok=i, output_usd_per_mtok=o)
-    guard.assert_close(f"request_cost({p}, {c})", got, (p * i + c * o) / 1_000_000, tol=1e-12)
-for p, c in [(-1, 0), (0, -5), (2.5, 1)]:
-    try:
-        guard.call(request_cost, p, c, input_usd_per_mtok=1.0, output_usd_per_mtok=1.0)
-    except ValueError:
-        continue
-    raise AssertionError(f"request_cost({p}, {c}) must raise ValueError")
 
 # %% [markdown]
 # The prompt from the start of this notebook, answered with 50 tokens, at representative

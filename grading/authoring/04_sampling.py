@@ -48,7 +48,6 @@ with torch.no_grad():
 print(prompt)
 print(f"{len(prompt_ids)} prompt tokens, vocabulary of {logits.shape[-1]}")
 
-
 def show_top(logits_row, k=10, title=""):
     """Bar chart of the k most likely next tokens."""
     probs = torch.softmax(logits_row.float(), -1)
@@ -61,7 +60,6 @@ def show_top(logits_row, k=10, title=""):
     ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     plt.show()
-
 
 show_top(logits, title="tinychat: first answer token for 'What is 2 + 2?'")
 
@@ -93,45 +91,8 @@ def apply_temperature(logits, temperature):
     return logits / temperature
     ### END SOLUTION
 
-# %% [tests] apply_temperature
+# %% [tests] apply_temperature points=2
 check.apply_temperature(apply_temperature)
-
-# %% [hidden] apply_temperature points=2
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)  # a fresh copy, whatever was patched
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-NEG_INF = float("-inf")
-rng = random.Random(404)
-for case in range(40):
-    V, B = rng.randint(1, 12), rng.choice([None, 1, 3])
-    rows = [[rng.choice([NEG_INF]) if rng.random() < 0.15 else rng.uniform(-10, 10) for _ in range(V)]
-            for _ in range(B or 1)]
-    for r in rows:
-        if all(x == NEG_INF for x in r):
-            r[0] = 1.0
-    T = rng.choice([0.0, 0.0, 0.1, 0.5, 0.7, 1.0, 1.3, 2.0, 10.0])
-    z = torch.tensor(rows if B else rows[0])
-    got = guard.call(apply_temperature, z.clone(), T)
-    if T == 0:
-        expected = []
-        for r in rows:
-            first = max(range(len(r)), key=lambda i: (r[i], -i))
-            expected.append([r[i] if i == first else NEG_INF for i in range(len(r))])
-    else:
-        expected = [[x / T for x in r] for r in rows]
-    guard.assert_close(f"apply_temperature case {case} (T={T})", got, expected if B else expected[0], tol=1e-4)
-try:
-    guard.call(apply_temperature, torch.zeros(3), -0.5)
-except ValueError:
-    pass
-else:
-    raise AssertionError("a negative temperature must raise ValueError")
 
 # %% [markdown]
 # On the model's real distribution, temperature moves mass between the same candidates; it
@@ -175,41 +136,8 @@ def top_k_filter(logits, k):
     return logits.masked_fill(logits < kth, float("-inf"))
     ### END SOLUTION
 
-# %% [tests] top_k_filter
+# %% [tests] top_k_filter points=2
 check.top_k_filter(top_k_filter)
-
-# %% [hidden] top_k_filter points=2
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-NEG_INF = float("-inf")
-rng = random.Random(4242)
-for case in range(40):
-    V, B = rng.randint(1, 15), rng.choice([None, 2])
-    ties = rng.random() < 0.5  # small integers make ties likely
-    rows = [[float(rng.randint(-3, 3)) if ties else rng.uniform(-5, 5) for _ in range(V)] for _ in range(B or 1)]
-    k = rng.randint(0, V + 3)
-    got = guard.call(top_k_filter, torch.tensor(rows if B else rows[0]), k)
-    expected = []
-    for r in rows:
-        if k == 0 or k >= len(r):
-            expected.append(list(r))
-        else:
-            kth = sorted(r, reverse=True)[k - 1]
-            expected.append([x if x >= kth else NEG_INF for x in r])
-    guard.assert_close(f"top_k_filter case {case} (k={k})", got, expected if B else expected[0], tol=1e-6)
-try:
-    guard.call(top_k_filter, torch.zeros(4), -2)
-except ValueError:
-    pass
-else:
-    raise AssertionError("a negative k must raise ValueError")
 
 # %% [markdown]
 # ### Exercise 3 — top-p (nucleus)
@@ -243,68 +171,8 @@ def top_p_filter(logits, p):
     return logits.masked_fill(probs < smallest, float("-inf"))
     ### END SOLUTION
 
-# %% [tests] top_p_filter
+# %% [tests] top_p_filter points=3
 check.top_p_filter(top_p_filter)
-
-# %% [hidden] top_p_filter points=3
-import math
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-NEG_INF = float("-inf")
-
-
-def _nucleus(row, p):
-    """The rule in plain Python; None when a cumulative sum sits too close to p to call."""
-    if p == 1:
-        return list(row)
-    top = max(row)
-    weights = [0.0 if x == NEG_INF else math.exp(x - top) for x in row]
-    total = sum(weights)
-    probs = [w / total for w in weights]
-    order = sorted(range(len(row)), key=lambda i: -probs[i])
-    kept, before = [], 0.0
-    for i in order:
-        if abs(before - p) < 1e-5:
-            return None
-        if before < p and probs[i] > 0:
-            kept.append(i)
-        before += probs[i]
-    smallest = min(probs[i] for i in kept)
-    return [row[i] if (probs[i] >= smallest and probs[i] > 0) else NEG_INF for i in range(len(row))]
-
-
-rng = random.Random(8080)
-checked = 0
-while checked < 40:
-    V, B = rng.randint(1, 14), rng.choice([None, 3])
-    rows = [[NEG_INF if rng.random() < 0.1 else rng.uniform(-4, 4) for _ in range(V)] for _ in range(B or 1)]
-    for r in rows:
-        if all(x == NEG_INF for x in r):
-            r[-1] = 0.0
-    p = rng.choice([0.1, 0.3, 0.5, 0.75, 0.9, 0.95, 1.0])
-    expected = [_nucleus(r, p) for r in rows]
-    if any(e is None for e in expected):
-        continue
-    got = guard.call(top_p_filter, torch.tensor(rows if B else rows[0]), p)
-    guard.assert_close(f"top_p_filter random case {checked} (p={p})", got, expected if B else expected[0], tol=1e-6)
-    checked += 1
-for row, p in (([1.0, 1.0, 1.0, 0.0], 0.5), ([2.0, 0.5, 0.5, 0.5, -1.0], 0.7), ([0.0, 0.0], 0.3),
-               ([3.0, NEG_INF, 3.0], 0.4), ([5.0], 0.2)):
-    got = guard.call(top_p_filter, torch.tensor(row), p)
-    guard.assert_close(f"top_p_filter with ties {row} (p={p})", got, _nucleus(row, p), tol=1e-6)
-for bad in (0.0, -0.2, 1.5):
-    try:
-        guard.call(top_p_filter, torch.zeros(3), bad)
-    except ValueError:
-        continue
-    raise AssertionError(f"p={bad} must raise ValueError")
 
 # %% [markdown]
 # The point of top-p is that its set adapts. Compare two moments of the same answer: the
@@ -339,44 +207,8 @@ def min_p_filter(logits, min_p):
     return logits.masked_fill(probs < bound, float("-inf"))
     ### END SOLUTION
 
-# %% [tests] min_p_filter
+# %% [tests] min_p_filter points=2
 check.min_p_filter(min_p_filter)
-
-# %% [hidden] min_p_filter points=2
-import math
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-NEG_INF = float("-inf")
-rng = random.Random(77)
-checked = 0
-while checked < 30:
-    V, B = rng.randint(1, 12), rng.choice([None, 2])
-    rows = [[rng.uniform(-5, 5) for _ in range(V)] for _ in range(B or 1)]
-    m = rng.choice([0.0, 0.05, 0.1, 0.3, 0.6, 1.0])
-    expected, close_call = [], False
-    for r in rows:
-        top = max(r)
-        ratios = [math.exp(x - top) for x in r]  # p_i / p_max
-        close_call |= any(abs(q - m) < 1e-6 for q in ratios) and m not in (0.0, 1.0)
-        expected.append([x if q >= m or x == top else NEG_INF for x, q in zip(r, ratios)])
-    if close_call:
-        continue
-    got = guard.call(min_p_filter, torch.tensor(rows if B else rows[0]), m)
-    guard.assert_close(f"min_p_filter case {checked} (min_p={m})", got, expected if B else expected[0], tol=1e-6)
-    checked += 1
-for bad in (-0.1, 1.1):
-    try:
-        guard.call(min_p_filter, torch.zeros(3), bad)
-    except ValueError:
-        continue
-    raise AssertionError(f"min_p={bad} must raise ValueError")
 
 # %% [markdown]
 # ## Penalties
@@ -414,40 +246,8 @@ def apply_penalties(logits, generated_ids, frequency_penalty=0.0, presence_penal
     return out - counts * frequency_penalty - seen.to(logits.dtype) * presence_penalty
     ### END SOLUTION
 
-# %% [tests] apply_penalties
+# %% [tests] apply_penalties points=2
 check.apply_penalties(apply_penalties)
-
-# %% [hidden] apply_penalties points=2
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-rng = random.Random(99)
-for case in range(40):
-    V = rng.randint(1, 15)
-    z = [rng.uniform(-6, 6) for _ in range(V)]
-    ids = [rng.randrange(V) for _ in range(rng.randint(0, 12))]
-    f, pr, rep = rng.choice([0.0, 0.3, 1.0, -0.5]), rng.choice([0.0, 0.6, 2.0]), rng.choice([1.0, 1.2, 2.0, 0.8])
-    got = guard.call(apply_penalties, torch.tensor(z), list(ids), frequency_penalty=f, presence_penalty=pr,
-                     repetition_penalty=rep)
-    expected = []
-    for token, x in enumerate(z):
-        count = ids.count(token)
-        if count:
-            x = x * rep if x < 0 else x / rep
-        expected.append(x - count * f - (1 if count else 0) * pr)
-    guard.assert_close(f"apply_penalties case {case}", got, expected, tol=1e-4)
-for bad in (0.0, -1.0):
-    try:
-        guard.call(apply_penalties, torch.zeros(3), [0], repetition_penalty=bad)
-    except ValueError:
-        continue
-    raise AssertionError(f"repetition_penalty={bad} must raise ValueError")
 
 # %% [markdown]
 # In `course_lib.sampling`, generation counts the *generated* tokens for the frequency and
@@ -529,45 +329,8 @@ def stop_at(pieces, stops):
     return text, False
     ### END SOLUTION
 
-# %% [tests] stop_at
+# %% [tests] stop_at points=3
 check.stop_at(stop_at)
-
-# %% [hidden] stop_at points=3
-import random
-import sys
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard()
-rng = random.Random(1234)
-alphabet = "ab\nXY:"
-for case in range(80):
-    stops = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
-    pieces = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 8))]
-    expected, text = None, ""
-    for piece in pieces:
-        text += piece
-        starts = [text.find(s) for s in stops if s in text]
-        if starts:
-            expected = (text[:min(starts)], True)
-            break
-    expected = expected or (text, False)
-    got = guard.call(stop_at, iter(list(pieces)), list(stops))
-    if tuple(got) != expected:
-        raise AssertionError(f"stop_at case {case}: wrong text or flag for pieces split at token boundaries")
-consumed = []
-
-
-def counting(items):
-    for item in items:
-        consumed.append(item)
-        yield item
-
-
-guard.call(stop_at, counting(["x", "ST", "OP", "y", "z"]), ["STOP"])
-if consumed != ["x", "ST", "OP"]:
-    raise AssertionError("stop_at must stop reading pieces as soon as a stop string completes")
 
 # %% [markdown]
 # The library's `StopSequenceMatcher` does the same incrementally and also reports which
@@ -607,51 +370,8 @@ def sample_token(probs, generator):
     return int(torch.searchsorted(cdf, u * cdf[-1].item(), right=True).clamp_max(len(cdf) - 1))
     ### END SOLUTION
 
-# %% [tests] sample_token
+# %% [tests] sample_token points=3
 check.sample_token(sample_token)
-
-# %% [hidden] sample_token points=3
-import random
-import sys
-
-import torch
-
-sys.modules.pop("course_lib.checks.integrity", None)
-from course_lib.checks.integrity import Guard
-
-guard = Guard(trust=("torch.rand",))
-rng = random.Random(5)
-for case in range(10):
-    V = rng.randint(1, 10)
-    weights = [0.0 if rng.random() < 0.2 else rng.random() for _ in range(V)]
-    if sum(weights) == 0:
-        weights[0] = 1.0
-    # Half the cases pass raw weights that do not sum to 1: the rule scales u by the total.
-    probs = [w / sum(weights) for w in weights] if case % 2 else [3.0 * w for w in weights]
-    seed = rng.randint(0, 10**6)
-    learner_gen, twin = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-    for draw in range(25):
-        got = guard.call(sample_token, torch.tensor(probs), learner_gen)
-        u = torch.rand((), generator=twin, dtype=torch.float64).item()
-        cumulative, total = [], 0.0
-        for q in probs:
-            total += q
-            cumulative.append(total)
-        target = u * cumulative[-1]
-        if any(abs(c - target) < 1e-9 for c in cumulative):
-            break  # too close to a boundary to call; the streams are no longer comparable
-        expected = next(i for i, c in enumerate(cumulative) if c > target)
-        if not isinstance(got, int) or got != expected:
-            raise AssertionError(f"sample_token case {case}, draw {draw}: wrong token for the seeded uniform")
-# Distribution: 4,000 draws from [0.1, 0.2, 0.3, 0.4] against a chi-square bound (dof 3, 1e-4 level).
-g = torch.Generator().manual_seed(321)
-counts = [0, 0, 0, 0]
-probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
-for _ in range(4000):
-    counts[guard.call(sample_token, probs, g)] += 1
-statistic = sum((c - 4000 * q) ** 2 / (4000 * q) for c, q in zip(counts, [0.1, 0.2, 0.3, 0.4]))
-if statistic > 21.108:
-    raise AssertionError("sample_token's draws do not follow the given probabilities")
 
 # %% [markdown]
 # Checking a sampler means comparing *distributions*, not single draws: draw many times and
@@ -700,7 +420,6 @@ SMALL = ("zero one two three four five six seven eight nine ten eleven twelve th
 TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
         "ninety": 90}
 
-
 def answer_value(text):
     """The number an answer states: its last integer, else a number word; None if neither."""
     digits = re.findall(r"-?\d+", text)
@@ -714,7 +433,6 @@ def answer_value(text):
         if word in SMALL:
             return SMALL.index(word)
     return None
-
 
 n_samples = 300
 answer_counts = {}
@@ -824,7 +542,6 @@ def draw_distribution(temperature=1.0, top_k=0, top_p=1.0, ax=None, row=logits):
     ax.tick_params(axis="x", rotation=60, labelsize=7)
     if standalone:
         plt.show()
-
 
 fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
 for ax, knobs in zip(axes, [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 5, 0.9)]):

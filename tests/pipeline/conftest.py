@@ -15,7 +15,7 @@ ASSIGNMENTS = CoursePaths(REPO).assignments()
 
 def copy_course(target: Path) -> CoursePaths:
     (target / "grading").mkdir(parents=True)
-    for name in ("authoring", "source"):
+    for name in ("authoring", "source", "hidden"):
         shutil.copytree(REPO / "grading" / name, target / "grading" / name)
     shutil.copy(REPO / "grading" / "nbgrader_config.py", target / "grading")
     return CoursePaths(target)

@@ -59,3 +59,21 @@ def delete_test_cells(nb):
 def write(nb, path):
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
+
+
+def append_to_last_answer(nb, code):
+    """``code`` runs after every answer cell (so it can replace or spy on the answers)."""
+    nb = copy.deepcopy(nb)
+    last = list(_cells(nb, solution=True))[-1]
+    last.source = last.source + "\n\n" + code
+    return nb
+
+
+def replace_answers(released_nb, code_by_exercise):
+    """The released notebook with the given answer cells' code (others stay unanswered)."""
+    nb = copy.deepcopy(released_nb)
+    for cell in _cells(nb, solution=True):
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        if grade_id in code_by_exercise:
+            cell.source = code_by_exercise[grade_id]
+    return nb

@@ -17,8 +17,38 @@ def course(*args, cwd=REPO):
 def test_source_notebook_passes_every_check():
     result = course("check", "grading/source/00_orientation/00_orientation.ipynb")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "✓ softmax_with_temperature (visible + hidden tests)" in result.stdout
+    assert "✓ softmax_with_temperature" in result.stdout and "hidden tests" not in result.stdout
     assert "2 of 2 exercise checks pass." in result.stdout
+
+
+def test_full_check_runs_the_hidden_tests_out_of_process():
+    result = course("check", "--full", "grading/source/00_orientation/00_orientation.ipynb")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("hidden tests: ✓ all pass") == 2, result.stdout
+
+
+def test_full_check_fails_an_answer_that_only_the_hidden_tests_catch(tmp_path):
+    """An argmax one-hot at T = 0 passes every visible case but breaks the tie rule."""
+    import nbformat
+
+    nb = nbformat.read(REPO / "grading" / "source" / "00_orientation" / "00_orientation.ipynb", as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax_with_temperature")
+    answer.source = answer.source.replace(
+        "winners = (z == top).astype(np.float64)", "winners = np.eye(len(z))[int(np.argmax(z))]")
+    path = tmp_path / "00_orientation.ipynb"
+    nbformat.write(nb, str(path))
+    visible = course("check", str(path))
+    assert visible.returncode == 0, visible.stdout
+    full = course("check", "--full", str(path))
+    assert full.returncode == 1
+    assert "✗" in full.stdout and "tie for the top" in full.stdout, full.stdout
+
+
+def test_full_check_needs_a_notebook_named_after_its_assignment(tmp_path):
+    path = tmp_path / "my_copy.ipynb"
+    path.write_bytes((REPO / "notebooks" / "00_orientation.ipynb").read_bytes())
+    result = course("check", "--full", str(path))
+    assert result.returncode == 2 and "named after its assignment" in result.stderr, result.stderr
 
 
 def test_blank_notebook_reports_each_exercise_not_attempted():

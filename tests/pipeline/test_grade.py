@@ -1,30 +1,24 @@
-"""`course grade` on honest and broken submissions: right scores, FAILED with reasons, no leaks."""
+"""`course grade`: right scores, FAILED with reasons, and honest grades no submission can touch."""
 from __future__ import annotations
 
 import csv
+import socket
 import subprocess
 import sys
+import threading
 
 import nbformat
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
-from course_lib.pipeline.grade import grade
+from course_lib.pipeline.grade import GradeOptions, grade
 from course_lib.pipeline.release import release
+from tests.pipeline import hostile
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import ASSIGNMENTS
-from tests.pipeline.test_release import HIDDEN, regions
+from tests.pipeline.conftest import ASSIGNMENTS, copy_course
 
 A = "00_orientation"
 WRONG_SOFTMAX = "def softmax_with_temperature(logits, temperature=1.0):\n    return [0.5]"
-CALLS_REFERENCE = "from course_lib.orientation import softmax_with_temperature"
-PATCHES_TOOLS = (
-    "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
-    "import course_lib.checks.report as r\nr.expect_close = lambda *a, **k: None\n"
-    "r.expect_raises = lambda *a, **k: None\n"
-    "def softmax_with_temperature(logits, temperature=1.0):\n    return np.zeros(len(logits))"
-)
-IGNORES_INTERRUPT = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
 
 
 def load(paths, name):
@@ -37,112 +31,187 @@ def submit(paths, name, student, nb):
     S.write(nb, paths.submitted / student / name / f"{name}.ipynb")
 
 
+def run_grade(paths, *options):
+    """`course grade` through the CLI; returns (process result, CSV rows by student)."""
+    result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, *options],
+                            cwd=paths.root, capture_output=True, text=True, timeout=900)
+    with open(paths.grades / f"{A}.csv", newline="") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    return result, rows
+
+
+def shown(row) -> str:
+    return f"{row['status']} {row['score']}/{row['max_score']} {row['reason']}"
+
+
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_solutions_earn_full_marks_and_a_blank_notebook_earns_zero(scratch_course, name):
     release(scratch_course, [name])
     source, released = load(scratch_course, name)
     submit(scratch_course, name, "solutions", S.correct(source))
     submit(scratch_course, name, "blank", S.blank(released))
-    results = {g.student: g for g in grade(scratch_course, name, jobs=2)}
-    assert results["solutions"].status == "graded"
-    assert results["solutions"].score == results["solutions"].max_score > 0
-    assert results["blank"].status == "graded" and results["blank"].score == 0
+    results = {g.student: g for g in grade(scratch_course, name, GradeOptions(jobs=2))}
+    solutions, blank = results["solutions"], results["blank"]
+    assert solutions.status == "graded", solutions.reason
+    assert solutions.score == solutions.max_score > 0, (
+        (scratch_course.autograded / "solutions" / name / f"{name}.ipynb").read_text()[-3000:])
+    assert blank.status == "graded" and blank.score == 0, blank.reason
+
+
+def honest_zoo(source, released):
+    return {
+        "correct": S.correct(source),
+        "blank": S.blank(released),
+        "half_right": S.with_answer(released, source, "softmax_with_temperature", WRONG_SOFTMAX),
+        "infinite_loop": S.prepend_to_first_answer(S.correct(source), "while True:\n    pass"),
+        "edited_tests": S.edit_test_cells(S.with_answer(released, source, "softmax_with_temperature", WRONG_SOFTMAX)),
+        "deleted_tests": S.delete_test_cells(S.correct(source)),
+    }
+
+
+HONEST_SCORES = {"correct": "5", "blank": "0", "half_right": "2", "infinite_loop": "2",
+                 "edited_tests": "2", "deleted_tests": "5"}
+OPTIONS = ("--cell-timeout", "6", "--timeout", "240", "--jobs", "2")
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that records whether anything ever connected."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.server.close()
 
 
 @pytest.fixture(scope="module")
-def graded_zoo(tmp_path_factory):
-    """One `course grade` run over a zoo of submissions to notebook 00, through the CLI."""
-    from tests.pipeline.conftest import copy_course
+def graded_together(tmp_path_factory):
+    """Honest submissions graded alone, then again in one run with every hostile one."""
+    alone = copy_course(tmp_path_factory.mktemp("alone"))
+    release(alone, [A])
+    for student, nb in honest_zoo(*load(alone, A)).items():
+        submit(alone, A, student, nb)
+    _, alone_rows = run_grade(alone, *OPTIONS)
 
-    paths = copy_course(tmp_path_factory.mktemp("zoo"))
+    paths = copy_course(tmp_path_factory.mktemp("together"))
     release(paths, [A])
     source, released = load(paths, A)
-    zoo = {
-        "correct": S.correct(source),
-        "blank": S.blank(released),
-        "infinite_loop": S.prepend_to_first_answer(S.correct(source), "while True:\n    pass"),
-        "killed_kernel": S.prepend_to_first_answer(S.correct(source), "import os\nos._exit(1)"),
-        "ignores_interrupt": S.prepend_to_first_answer(S.correct(source), IGNORES_INTERRUPT),
-        "edited_tests": S.edit_test_cells(S.with_answer(released, source, "softmax_with_temperature", WRONG_SOFTMAX)),
-        "deleted_tests": S.delete_test_cells(S.correct(source)),
-        "calls_reference": S.with_answer(released, source, "softmax_with_temperature", CALLS_REFERENCE),
-        "patches_tools": S.with_answer(released, source, "softmax_with_temperature", PATCHES_TOOLS),
-    }
+    listener = Listener()
+    zoo = honest_zoo(source, released)
+    zoo.update(hostile.build(
+        released, source_path=paths.source / A / f"{A}.ipynb", hidden_path=paths.hidden / f"{A}.py",
+        gradebook=paths.grading / "gradebook.db", autograded=paths.autograded, port=listener.port))
     for student, nb in zoo.items():
         submit(paths, A, student, nb)
+    (paths.submitted / "follows_a_symlink" / A / "gradebook.db").symlink_to(paths.grading / "gradebook.db")
     corrupt = paths.submitted / "corrupt_json" / A / f"{A}.ipynb"
     corrupt.parent.mkdir(parents=True)
     corrupt.write_text('{"cells": [{"cell_type": "code", "sour')
-    misnamed = paths.submitted / "misnamed" / A / "my_work.ipynb"
-    S.write(S.correct(source), misnamed)
-    result = subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", "grade", A, "--cell-timeout", "4", "--timeout", "45", "--jobs", "3"],
-        cwd=paths.root, capture_output=True, text=True, timeout=600)
-    with open(paths.grades / f"{A}.csv", newline="") as handle:
-        rows = {row["student"]: row for row in csv.DictReader(handle)}
-    return paths, result, rows
+    S.write(S.correct(source), paths.submitted / "misnamed" / A / "my_work.ipynb")
+    result, rows = run_grade(paths, *OPTIONS)
+    listener.close()
+    return paths, alone_rows, result, rows, listener
 
 
-def test_grade_exits_non_zero_and_names_the_failed_submissions(graded_zoo):
-    _, result, _ = graded_zoo
-    assert result.returncode == 1, result.stdout + result.stderr
-    for student in ("corrupt_json", "killed_kernel", "ignores_interrupt", "misnamed"):
-        assert student in result.stderr
-    assert "Traceback" not in result.stdout
+def test_every_honest_student_keeps_the_score_they_get_alone(graded_together):
+    _, alone, _, together, _ = graded_together
+    for student, score in HONEST_SCORES.items():
+        assert alone[student]["status"] == "graded", shown(alone[student])
+        assert (alone[student]["score"], alone[student]["max_score"]) == (score, "5"), shown(alone[student])
+        assert shown(together[student]) == shown(alone[student])
 
 
-@pytest.mark.parametrize("student, score", [
-    ("correct", "5"), ("blank", "0"),
-    ("infinite_loop", "2"),      # the hung cell is interrupted; only request_cost still works
-    ("edited_tests", "2"),       # edited tests are restored, so the wrong softmax scores 0
-    ("deleted_tests", "5"),      # deleted tests are put back and graded
-    ("calls_reference", "2"),    # calling the reference earns nothing
-    ("patches_tools", "0"),      # patched numpy / check helpers void the hidden tests
+@pytest.mark.parametrize("student", [
+    "reads_answer_key", "writes_gradebook", "silences_tracebacks", "rewrites_later_cells",
+    "equal_to_anything", "delegates_to_reference", "patches_numpy_and_builtins", "exits_the_process",
+    "fork_bomb", "eats_memory", "loops_ignoring_interrupts", "opens_a_connection", "prints_megabytes",
+    "hangs_in_every_call", "kills_the_grader", "follows_a_symlink", "corrupt_json", "misnamed",
 ])
-def test_scores(graded_zoo, student, score):
-    _, _, rows = graded_zoo
-    assert rows[student]["status"] == "graded"
-    assert (rows[student]["score"], rows[student]["max_score"]) == (score, "5")
+def test_every_hostile_submission_gets_zero_or_failed_with_a_reason(graded_together, student):
+    _, _, _, rows, _ = graded_together
+    row = rows[student]
+    if row["status"] == "FAILED":
+        assert row["score"] == "" and row["reason"], shown(row)
+    else:
+        assert row["status"] == "graded" and row["score"] == "0", shown(row)
 
 
 @pytest.mark.parametrize("student, reason", [
     ("corrupt_json", "corrupt notebook JSON"),
-    ("killed_kernel", "kernel died"),
-    ("ignores_interrupt", ""),
     ("misnamed", "no 00_orientation.ipynb in the submission (found my_work.ipynb)"),
+    ("exits_the_process", "kernel died"),
+    ("loops_ignoring_interrupts", "did not respond to an interrupt"),
 ])
-def test_ungradable_submissions_are_failed_never_zero(graded_zoo, student, reason):
-    paths, _, rows = graded_zoo
-    row = rows[student]
-    assert row["status"] == "FAILED" and row["score"] == "" and row["reason"]
-    assert reason in row["reason"]
+def test_ungradable_submissions_are_failed_with_the_reason_and_no_grade(graded_together, student, reason):
+    paths, _, result, rows, _ = graded_together
+    assert rows[student]["status"] == "FAILED" and reason in rows[student]["reason"], shown(rows[student])
+    assert student in result.stderr and result.returncode == 1
     with Gradebook(f"sqlite:///{paths.grading / 'gradebook.db'}") as gb, pytest.raises(MissingEntry):
         gb.find_submission(A, student)
 
 
-def test_feedback_never_shows_hidden_test_source(graded_zoo):
-    paths, _, _ = graded_zoo
-    source = nbformat.read(paths.source / A / f"{A}.ipynb", as_version=4)
-    hidden = [line for cell in source.cells for line in regions(cell.source, HIDDEN)]
-    pages = sorted(paths.feedback.glob(f"*/{A}/{A}.html"))
-    assert {p.parts[-3] for p in pages} >= {"correct", "blank", "edited_tests", "calls_reference"}
-    for page in pages:
-        html = page.read_text(encoding="utf-8")
-        import html as html_lib
+def test_the_sandbox_kept_the_network_and_the_grader_out_of_reach(graded_together):
+    paths, _, result, rows, listener = graded_together
+    assert listener.connections == 0
+    assert result.stdout.splitlines()[0].startswith("sandbox: on (")
+    with Gradebook(f"sqlite:///{paths.grading / 'gradebook.db'}") as gb:
+        assert gb.find_submission(A, "correct").score == 5
+    big = paths.autograded / "prints_megabytes" / A / f"{A}.ipynb"
+    assert big.stat().st_size < 500_000, "a flood of output must be cut, not stored"
+    leftovers = subprocess.run(["pgrep", "-f", "course-grade-"], capture_output=True, text=True).stdout
+    assert not leftovers.strip(), f"sandbox processes outlived grading: {leftovers}"
 
-        text = html_lib.unescape(html)
-        assert not [line for line in hidden if line in text], page
-        assert "BEGIN HIDDEN TESTS" not in text
-    reference = (paths.feedback / "calls_reference" / A / f"{A}.html").read_text(encoding="utf-8")
-    assert "calls the course_lib reference" in reference
+
+def test_feedback_shows_each_hidden_check_but_never_its_code(graded_together):
+    paths, _, _, _, _ = graded_together
+    import html as html_lib
+    import re
+
+    hidden_source = (paths.hidden / f"{A}.py").read_text(encoding="utf-8")
+    code_lines = [line.strip() for line in hidden_source.splitlines()
+                  if len(line.strip()) > 25 and not line.strip().startswith(("#", '"""'))]
+    page = (paths.feedback / "half_right" / A / f"{A}.html").read_text(encoding="utf-8")
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "✗ the worked example" in text and "✓ a negative prompt count raises ValueError" in text
+    assert not [line for line in code_lines if line in text]
 
 
 def test_a_failed_regrade_removes_the_earlier_grade(scratch_course):
     release(scratch_course, [A])
     source, _ = load(scratch_course, A)
     submit(scratch_course, A, "late", S.correct(source))
-    assert grade(scratch_course, A)[0].score == 5
+    (first,) = grade(scratch_course, A)
+    assert first.score == 5, first.reason
     (scratch_course.submitted / "late" / A / f"{A}.ipynb").write_text("not json")
     (result,) = grade(scratch_course, A)
     assert result.status == "FAILED" and result.score is None
     assert not (scratch_course.autograded / "late" / A).exists()
+
+
+def test_no_sandbox_is_said_in_the_table_header(scratch_course):
+    release(scratch_course, [A])
+    source, _ = load(scratch_course, A)
+    submit(scratch_course, A, "solo", S.correct(source))
+    result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, "--no-sandbox"],
+                            cwd=scratch_course.root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("sandbox: OFF (--no-sandbox)")
+    assert "solo" in result.stdout and "5/5" in result.stdout
+
+
+def test_bad_limits_are_refused_before_grading(scratch_course):
+    result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, "--memory-mb", "0"],
+                            cwd=scratch_course.root, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "expected a whole number above 0" in result.stderr

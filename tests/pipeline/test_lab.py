@@ -1,6 +1,8 @@
-"""`course lab` really serves JupyterLab with the course notebooks, offline tokenizers included."""
+"""`course lab` really serves JupyterLab with the course notebooks, offline tokenizers included;
+a learner's lab hides nbgrader and an instructor's shows it (tests/browser checks both on screen)."""
 from __future__ import annotations
 
+import doctest
 import json
 import os
 import re
@@ -11,6 +13,7 @@ import sys
 import time
 import urllib.request
 
+from course_lib.lab import NBGRADER_LABEXTENSION, NBGRADER_SERVER_EXTENSIONS, lab_command, write_app_settings
 from tests.pipeline.conftest import REPO
 
 
@@ -58,3 +61,35 @@ def test_course_lab_serves_the_notebooks(tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_learner_and_instructor_labs_differ_only_in_nbgrader(tmp_path):
+    learner = lab_command(tmp_path, "127.0.0.1", 8888, tmp_path / "settings", instructor=False)
+    instructor = lab_command(tmp_path, "127.0.0.1", 8888, tmp_path / "settings", instructor=True)
+    disabled = [f"--ServerApp.jpserver_extensions={name}=False" for name in NBGRADER_SERVER_EXTENSIONS]
+    assert [arg for arg in learner if arg not in instructor] == disabled
+    assert [arg for arg in instructor if arg not in learner] == []
+
+    write_app_settings(tmp_path / "learner", instructor=False)
+    write_app_settings(tmp_path / "instructor", instructor=True)
+    for mode, hidden in (("learner", [NBGRADER_LABEXTENSION]), ("instructor", [])):
+        page_config = json.loads((tmp_path / mode / "page_config.json").read_text())
+        assert page_config == {"disabledExtensions": hidden}
+        overrides = json.loads((tmp_path / mode / "overrides.json").read_text())
+        assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+
+
+def test_the_hidden_extensions_are_the_ones_nbgrader_installs():
+    from jupyter_core.paths import jupyter_config_path, jupyter_path
+    from jupyter_server.extension.config import ExtensionConfigManager
+    from jupyterlab_server.config import get_federated_extensions
+
+    enabled = ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()
+    assert sorted(name for name in enabled if name.startswith("nbgrader.")) == sorted(NBGRADER_SERVER_EXTENSIONS)
+    assert NBGRADER_LABEXTENSION in get_federated_extensions(jupyter_path("labextensions"))
+
+
+def test_lab_module_example_holds():
+    import course_lib.lab
+
+    assert doctest.testmod(course_lib.lab).failed == 0

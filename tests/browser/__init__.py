@@ -1,0 +1,1 @@
+"""Browser tests: `course lab` driven by Playwright through Debian's Chromium."""

@@ -1,0 +1,44 @@
+"""Hidden tests are plain functions: run them here against the reference answers and wrong ones.
+
+``answers(name)`` runs a notebook's setup and solution cells (what grading runs) in this
+process; ``LocalLearner`` gives the hidden tests the same plain-data contract as grading.
+"""
+from __future__ import annotations
+
+import functools
+
+from course_lib.pipeline.authoring import build_notebook, exercises, parse
+from course_lib.pipeline.hidden import LocalLearner, hidden_test, load_hidden, run_hidden_test
+from course_lib.pipeline.learner import answer_cells
+from tests.pipeline.conftest import ASSIGNMENTS, REPO
+
+AUTHORING = REPO / "grading" / "authoring"
+HIDDEN = REPO / "grading" / "hidden"
+
+
+@functools.lru_cache(maxsize=None)
+def answers(name: str) -> dict:
+    """The namespace a notebook's setup and solution cells leave behind (a fresh copy each time)."""
+    nb = build_notebook(AUTHORING / f"{name}.py")
+    namespace = {"__name__": f"answers_{name}"}
+    for index in answer_cells(nb):
+        exec(compile(nb.cells[index].source, f"<{name} cell {index}>", "exec"), namespace)
+    return namespace
+
+
+def notebook_exercises(name: str) -> list[str]:
+    path = AUTHORING / f"{name}.py"
+    return exercises(parse(path.read_text(encoding="utf-8"), origin=str(path)))
+
+
+def verdict(name: str, exercise: str, **replacements):
+    """The hidden test of ``exercise`` run on the reference answers, some of them replaced."""
+    learner = LocalLearner({**answers(name), **replacements})
+    return run_hidden_test(hidden_test(load_hidden(HIDDEN / f"{name}.py"), exercise), learner)
+
+
+def failures(result) -> str:
+    return "\n".join(line for line in result.report().splitlines() if line.startswith("✗"))
+
+
+EXERCISES = [(name, exercise) for name in ASSIGNMENTS for exercise in notebook_exercises(name)]

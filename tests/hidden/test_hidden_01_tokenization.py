@@ -1,0 +1,439 @@
+"""Known-wrong answers to notebook 01 fail its hidden tests, each on the rule it breaks."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from course_lib.tokenization import split_text
+from tests.hidden.conftest import failures, verdict
+
+A = "01_tokenization"
+
+
+# ----- get_stats -------------------------------------------------------------------------
+def _stats_non_overlapping(ids):  # [2, 2, 2, 2] counts (2, 2) twice, not three times
+    counts, i = {}, 0
+    while i < len(ids) - 1:
+        pair = (ids[i], ids[i + 1])
+        counts[pair] = counts.get(pair, 0) + 1
+        i += 2 if pair[0] == pair[1] else 1
+    return counts
+
+
+def _stats_once_each(ids):  # a set of pairs: every count is 1
+    return {pair: 1 for pair in zip(ids, ids[1:])}
+
+
+def _stats_unordered(ids):  # (9, 8) and (8, 9) merged into one key
+    counts = {}
+    for a, b in zip(ids, ids[1:]):
+        key = (min(a, b), max(a, b))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _stats_index_error(ids):  # off by one: reads past the end
+    counts = {}
+    for i in range(len(ids)):
+        pair = (ids[i], ids[i + 1])
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def _stats_lists(ids):  # a list of pairs, not a dict of counts
+    return [(a, b) for a, b in zip(ids, ids[1:])]
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_stats_non_overlapping, "overlapping pairs count separately"),
+    (_stats_once_each, "overlapping pairs count separately"),
+    (_stats_unordered, "a pair and its reverse are different pairs"),
+    (_stats_index_error, "a single ID has no pairs"),
+    (_stats_lists, "the worked example"),
+])
+def test_wrong_get_stats_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "get_stats", get_stats=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+def _stats_defaultdict(ids):
+    counts = defaultdict(int)
+    for pair in zip(ids, ids[1:]):
+        counts[pair] += 1
+    return counts
+
+
+@pytest.mark.parametrize("right", [lambda ids: Counter(zip(ids, ids[1:])), _stats_defaultdict])
+def test_get_stats_may_return_a_dict_subclass(right):
+    result = verdict(A, "get_stats", get_stats=right)
+    assert result.passed, failures(result)
+
+
+# ----- merge -----------------------------------------------------------------------------
+def _merge_in_place(ids, pair, new_id):  # right result, but edits the caller's list
+    i = 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            ids[i:i + 2] = [new_id]
+        i += 1
+    return list(ids)
+
+
+def _merge_no_skip(ids, pair, new_id):  # overlaps: both (5, 5) in [5, 5, 5] become new_id
+    out = []
+    for i in range(len(ids)):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+        elif i > 0 and (ids[i - 1], ids[i]) == tuple(pair):
+            continue
+        else:
+            out.append(ids[i])
+    return out
+
+
+def _merge_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return list(ids[:i]) + [new_id] + list(ids[i + 2:])
+    return list(ids)
+
+
+def _merge_drops_last(ids, pair, new_id):  # the loop stops one early and loses the last ID
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _merge_either_order(ids, pair, new_id):  # (2, 1) merged as if it were (1, 2)
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and {ids[i], ids[i + 1]} == set(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_merge_in_place, "is not modified"),
+    (_merge_no_skip, "the left one wins"),
+    (_merge_first_only, "every occurrence is replaced"),
+    (_merge_drops_last, "a pair that is absent leaves the list unchanged"),
+    (_merge_either_order, "the pair's order matters"),
+])
+def test_wrong_merge_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "merge", merge=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- train_bpe -------------------------------------------------------------------------
+def _trainer(*, split=True, tie=min, check_size=True, extra=0, stop_early=True, order=None):
+    """The textbook trainer with one thing changed."""
+    def train_bpe(text, vocab_size):
+        if check_size and vocab_size < 256:
+            raise ValueError("too small")
+        pieces = split_text(text) if split else [text]
+        chunks = [list(p.encode("utf-8")) for p in pieces]
+        merges = {}
+        for new_id in range(256, vocab_size + extra):
+            counts = {}
+            for chunk in chunks:
+                for pair in zip(chunk, chunk[1:]):
+                    counts[pair] = counts.get(pair, 0) + 1
+            if not counts:
+                if stop_early:
+                    break
+                raise ValueError("ran out of pairs")
+            top = max(counts.values())
+            best = tie([pair for pair, n in counts.items() if n == top])
+            merges[best] = new_id
+            new_chunks = []
+            for chunk in chunks:
+                out, i = [], 0
+                while i < len(chunk):
+                    if i + 1 < len(chunk) and (chunk[i], chunk[i + 1]) == best:
+                        out.append(new_id)
+                        i += 2
+                    else:
+                        out.append(chunk[i])
+                        i += 1
+                new_chunks.append(out)
+            chunks = new_chunks
+        return dict(sorted(merges.items())) if order == "sorted" else merges
+    return train_bpe
+
+
+def _first_seen(pairs):  # Counter.most_common's tie-break: the pair seen first
+    return pairs[0]
+
+
+def _as_list(text, vocab_size):
+    return list(_trainer()(text, vocab_size).items())
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_trainer(tie=max), "tie that goes to the smaller pair"),
+    (_trainer(tie=_first_seen), "ties between counts go to the smaller (left, right) pair"),
+    (_trainer(split=False), "pairs never cross the chunks of split_text"),
+    (_trainer(extra=1), "vocab_size 256 learns nothing"),
+    (_trainer(check_size=False), "vocab_size 100 (below 256) raises ValueError"),
+    (_trainer(stop_early=False), "it stops early when no pair is left"),
+    (_trainer(order="sorted"), "the same merges in the order learned"),
+    (_as_list, "the result is a dict"),
+])
+def test_wrong_train_bpe_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "train_bpe", train_bpe=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- encode ----------------------------------------------------------------------------
+def _merge_all(tokens, pair, new_id):
+    out, i = [], 0
+    while i < len(tokens):
+        if i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
+def _encode_in_dict_order(text, merges):  # one pass over the merges as the dict lists them
+    ids = []
+    for chunk in split_text(text):
+        tokens = list(chunk.encode("utf-8"))
+        for pair, new_id in merges.items():
+            tokens = _merge_all(tokens, pair, new_id)
+        ids.extend(tokens)
+    return ids
+
+
+def _encode_without_split(text, merges):  # merges run across chunk boundaries
+    tokens = list(text.encode("utf-8"))
+    for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
+        tokens = _merge_all(tokens, pair, new_id)
+    return tokens
+
+
+def _encode_most_frequent(text, merges):  # picks the commonest pair present, as training does
+    ids = []
+    for chunk in split_text(text):
+        tokens = list(chunk.encode("utf-8"))
+        while True:
+            counts = Counter(p for p in zip(tokens, tokens[1:]) if p in merges)
+            if not counts:
+                break
+            pair = max(counts, key=lambda p: (counts[p], -merges[p]))
+            tokens = _merge_all(tokens, pair, merges[pair])
+        ids.extend(tokens)
+    return ids
+
+
+def _encode_nested(text, merges):  # a list per chunk instead of one flat list
+    out = []
+    for chunk in split_text(text):
+        tokens = list(chunk.encode("utf-8"))
+        for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
+            tokens = _merge_all(tokens, pair, new_id)
+        out.append(tokens)
+    return out
+
+
+def _encode_latin1(text, merges):  # bytes from the wrong encoding
+    ids = []
+    for chunk in split_text(text):
+        tokens = list(chunk.encode("latin-1", "replace"))
+        for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
+            tokens = _merge_all(tokens, pair, new_id)
+        ids.extend(tokens)
+    return ids
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_encode_in_dict_order, "the merge with the lowest new ID goes first"),
+    (_encode_without_split, "the same IDs as tiktoken"),
+    (_encode_most_frequent, "the same IDs as tiktoken"),
+    (_encode_nested, "no merges: the UTF-8 bytes"),
+    (_encode_latin1, "no merges: the UTF-8 bytes"),
+])
+def test_wrong_encode_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "encode", encode=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- decode ----------------------------------------------------------------------------
+def _decoder(*, errors="replace", unknown=ValueError, nested=True, as_bytes=False):
+    def decode(ids, merges):
+        vocab = {i: bytes([i]) for i in range(256)}
+        for (a, b), new_id in sorted(merges.items(), key=lambda item: item[1]):
+            vocab[new_id] = vocab[a] + vocab[b] if nested else bytes([a % 256, b % 256])
+        if unknown is ValueError and any(i not in vocab for i in ids):
+            raise ValueError("unknown ID")
+        raw = b"".join(vocab[i] for i in ids)
+        return raw if as_bytes else raw.decode("utf-8", errors=errors)
+    return decode
+
+
+def _decode_list_vocab(ids, merges):  # a list indexed by ID: -1 quietly reads the last token
+    vocab = [bytes([i]) for i in range(256)]
+    for (a, b), new_id in sorted(merges.items(), key=lambda item: item[1]):
+        vocab.append(vocab[a] + vocab[b])
+    if any(i >= len(vocab) for i in ids):
+        raise ValueError("unknown ID")
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def _decode_per_token(ids, merges):  # decodes each token alone: split characters break
+    vocab = {i: bytes([i]) for i in range(256)}
+    for (a, b), new_id in sorted(merges.items(), key=lambda item: item[1]):
+        vocab[new_id] = vocab[a] + vocab[b]
+    if any(i not in vocab for i in ids):
+        raise ValueError("unknown ID")
+    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_decoder(errors="strict"), "a broken character becomes U+FFFD"),
+    (_decoder(errors="ignore"), "a lone lead byte becomes U+FFFD"),
+    (_decoder(unknown=KeyError), "an ID above the last merge raises ValueError"),
+    (_decoder(nested=False), "a merge of merges stands for all their bytes"),
+    (_decoder(as_bytes=True), "the text, as a str"),
+    (_decode_list_vocab, "a negative ID raises ValueError"),
+    (_decode_per_token, "a character split over several tokens is joined before decoding"),
+])
+def test_wrong_decode_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "decode", decode=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- safe_encode -----------------------------------------------------------------------
+def _safe_default(text, enc):  # tiktoken's default: raises on special-token strings
+    if not isinstance(text, str):
+        raise TypeError("str only")
+    return enc.encode(text)
+
+
+def _safe_all_allowed(text, enc):  # special-token strings become special IDs
+    if not isinstance(text, str):
+        raise TypeError("str only")
+    return enc.encode(text, allowed_special="all")
+
+
+def _safe_str_anything(text, enc):  # converts whatever it gets instead of rejecting it
+    return enc.encode(str(text), disallowed_special=())
+
+
+def _safe_filters_ids(text, enc):  # allows specials, then drops their IDs: the text is lost
+    if not isinstance(text, str):
+        raise TypeError("str only")
+    return [i for i in enc.encode(text, allowed_special="all") if i not in enc._special_tokens.values()]
+
+
+def _safe_endoftext_only(text, enc):  # knows only cl100k's <|endoftext|>
+    if not isinstance(text, str):
+        raise TypeError("str only")
+    return enc.encode(text, allowed_special="all", disallowed_special=()) if "<|endoftext|>" not in text \
+        else enc.encode_ordinary(text)
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_safe_default, "a bare <|endoftext|> under cl100k_base: encoded as ordinary text"),
+    (_safe_all_allowed, "no special token's ID"),
+    (_safe_str_anything, "bytes instead of a str raises TypeError"),
+    (_safe_filters_ids, "a bare <|endoftext|> under cl100k_base: encoded as ordinary text"),
+    (_safe_endoftext_only, "a forged chat turn under cl100k-with-chat-markers: no special token's ID"),
+])
+def test_wrong_safe_encode_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "safe_encode", safe_encode=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- chat_token_count ------------------------------------------------------------------
+def _chat_counter(*, marker_cost=None, prompt=True, content="ordinary"):
+    def chat_token_count(messages, enc):
+        def cost(marker):
+            if marker_cost == "one":
+                return 1
+            return 1 if marker in enc.special_tokens_set else len(enc.encode_ordinary(marker))
+        total = 0
+        for m in messages:
+            body = (enc.encode(m["content"], allowed_special="all") if content == "special"
+                    else enc.encode_ordinary(m["content"]))
+            total += cost(f"<|{m['role']}|>") + len(body) + cost("<|end|>")
+        return total + (cost("<|assistant|>") if prompt else 0)
+    return chat_token_count
+
+
+def _chat_rendered(messages, enc):  # encodes the whole rendered chat as one string
+    text = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages) + "<|assistant|>"
+    return len(enc.encode_ordinary(text))
+
+
+def _chat_words(messages, enc):  # counts words, not tokens
+    return sum(len(m["content"].split()) + 2 for m in messages) + 1
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_chat_counter(marker_cost="one"), "markers spelled out"),
+    (_chat_counter(prompt=False), "an empty chat is just the generation prompt"),
+    (_chat_counter(content="special"), "a marker typed inside content is ordinary text"),
+    (_chat_rendered, "pieces are encoded one by one, not as one string"),
+    (_chat_words, "one user message"),
+])
+def test_wrong_chat_token_count_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "chat_token_count", chat_token_count=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+# ----- tokens_per_word -------------------------------------------------------------------
+def _tpw(*, encode="ordinary", split=None, guard=True, invert=False):
+    def tokens_per_word(text, enc):
+        words = text.split(split)
+        if split is not None:
+            words = [w for w in words if w] if guard == "filter" else words
+        if guard and not text.split():
+            raise ValueError("no words")
+        tokens = enc.encode_ordinary(text) if encode == "ordinary" else enc.encode(text)
+        return len(words) / len(tokens) if invert else len(tokens) / len(words)
+    return tokens_per_word
+
+
+@pytest.mark.parametrize("wrong, broken_rule", [
+    (_tpw(encode="default"), "ordinary-text tokens per text.split() word"),
+    (_tpw(split=" "), "ordinary-text tokens per text.split() word"),
+    (_tpw(guard=False), "text without words (only spaces) raises ValueError"),
+    (_tpw(invert=True), "ordinary-text tokens per text.split() word"),
+    (lambda text, enc: len(enc.encode_ordinary(text)) // max(len(text.split()), 1) if text.split()
+     else (_ for _ in ()).throw(ValueError("no words")), "ordinary-text tokens per text.split() word"),
+    (lambda text, enc: np.float32(len(enc.encode_ordinary(text)) / len(text.split())) if text.split()
+     else (_ for _ in ()).throw(ValueError("no words")), "ordinary-text tokens per text.split() word"),
+])
+def test_wrong_tokens_per_word_fails_on_the_rule_it_breaks(wrong, broken_rule):
+    result = verdict(A, "tokens_per_word", tokens_per_word=wrong)
+    assert not result.passed
+    assert broken_rule in failures(result), failures(result)
+
+
+def test_an_undefined_answer_fails_every_encoding_check_without_crashing():
+    result = verdict(A, "safe_encode", safe_encode=None)
+    assert not result.passed
+    assert all(not r.passed for r in result.results)
+    assert "is not defined" in failures(result)
