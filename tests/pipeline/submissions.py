@@ -77,3 +77,31 @@ def replace_answers(released_nb, code_by_exercise):
         if grade_id in code_by_exercise:
             cell.source = code_by_exercise[grade_id]
     return nb
+
+
+WRONG_SOFTMAX = "def softmax_with_temperature(logits, temperature=1.0):\n    return [0.5]"
+CLASS_MIX = {"correct": 0.15, "blank": 0.05, "half_right": 0.10, "corrupt_json": 0.35, "misnamed": 0.35}
+EXPECTED = {"correct": ("graded", 5.0), "blank": ("graded", 0.0), "half_right": ("graded", 2.0),
+            "corrupt_json": ("FAILED", None), "misnamed": ("FAILED", None)}
+
+
+def write_class(paths, assignment, source_nb, released_nb, size, mix=CLASS_MIX):
+    """``size`` submissions of notebook 00 named kind-NNN, in the proportions of ``mix``;
+    returns {student: kind}. Kinds: see EXPECTED for what each must be graded as."""
+    notebooks = {"correct": correct(source_nb), "blank": blank(released_nb),
+                 "half_right": with_answer(released_nb, source_nb, "softmax_with_temperature", WRONG_SOFTMAX)}
+    kinds = [kind for kind, share in mix.items() for _ in range(round(share * size))]
+    kinds = (kinds + ["correct"] * size)[:size]
+    roster = {}
+    for number, kind in enumerate(kinds):
+        student = f"{kind}-{number:03d}"
+        folder = paths.submitted / student / assignment
+        if kind == "corrupt_json":
+            folder.mkdir(parents=True)
+            (folder / f"{assignment}.ipynb").write_text('{"cells": [{"cell_type": "code", "sour')
+        elif kind == "misnamed":
+            write(notebooks["correct"], folder / "final_v2.ipynb")
+        else:
+            write(notebooks[kind], folder / f"{assignment}.ipynb")
+        roster[student] = kind
+    return roster
