@@ -37,6 +37,23 @@ def verdict(name: str, exercise: str, **replacements):
     return run_hidden_test(hidden_test(load_hidden(HIDDEN / f"{name}.py"), exercise), learner)
 
 
+def test_cell(name: str, exercise: str) -> str:
+    """The source of the exercise's visible test cell, as the learner's notebook has it."""
+    nb = build_notebook(AUTHORING / f"{name}.py")
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{exercise}-tests"]
+    return cell.source
+
+
+def visible_failure(name: str, exercise: str, **replacements) -> str:
+    """What the visible test cell raises with some answers replaced ('' when it passes)."""
+    namespace = {**answers(name), **replacements}
+    try:
+        exec(compile(test_cell(name, exercise), f"<{name} {exercise} tests>", "exec"), namespace)
+    except Exception as exc:  # the learner would see this exception under the test cell
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 def failures(result) -> str:
     return "\n".join(line for line in result.report().splitlines() if line.startswith("✗"))
 

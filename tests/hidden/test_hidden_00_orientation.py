@@ -1,12 +1,7 @@
-"""Known-wrong answers to notebook 00 fail its hidden tests, each on the rule it breaks."""
+"""Known-wrong answers to notebook 00, each with the rule it breaks (run by test_wrong_answers.py)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-from tests.hidden.conftest import failures, verdict
-
-A = "00_orientation"
 
 
 def _argmax_one_hot(logits, temperature=1.0):  # T = 0 puts all mass on the first top logit only
@@ -55,25 +50,22 @@ def _cost_per_thousand(prompt_tokens, completion_tokens, *, input_usd_per_mtok, 
     return (prompt_tokens * input_usd_per_mtok + completion_tokens * output_usd_per_mtok) / 1e3
 
 
-@pytest.mark.parametrize("wrong, broken_rule", [
-    (_argmax_one_hot, "tie for the top"),
-    (_no_max_shift, "overflow"),
-    (_accepts_negative_t, "negative temperature"),
-    (_plain_division, "worked example"),
-    (lambda logits, temperature=1.0: [1.0 / len(logits)] * len(logits), "worked example"),
-    (lambda logits, temperature=1.0: "0.77, 0.18, 0.04", "worked example"),
-])
-def test_wrong_softmax_fails_on_the_rule_it_breaks(wrong, broken_rule):
-    result = verdict(A, "softmax_with_temperature", softmax_with_temperature=wrong)
-    assert not result.passed
-    assert broken_rule in failures(result), failures(result)
+def _text_answer(logits, temperature=1.0):
+    return "0.77, 0.18, 0.04"
 
 
-@pytest.mark.parametrize("wrong, broken_rule", [
-    (_cost_accepts_floats, "fractional token count"),
-    (_cost_per_thousand, "the price of"),
-])
-def test_wrong_request_cost_fails_on_the_rule_it_breaks(wrong, broken_rule):
-    result = verdict(A, "request_cost", request_cost=wrong)
-    assert not result.passed
-    assert broken_rule in failures(result), failures(result)
+def _uniform(logits, temperature=1.0):
+    return [1.0 / len(logits)] * len(logits)
+
+
+# (exercise, replaced names, fragment of the hidden check it breaks): see test_wrong_answers.py
+WRONG_ANSWERS = [
+    ("softmax_with_temperature", {"softmax_with_temperature": _argmax_one_hot}, "tie for the top"),
+    ("softmax_with_temperature", {"softmax_with_temperature": _no_max_shift}, "overflow"),
+    ("softmax_with_temperature", {"softmax_with_temperature": _accepts_negative_t}, "negative temperature"),
+    ("softmax_with_temperature", {"softmax_with_temperature": _plain_division}, "worked example"),
+    ("softmax_with_temperature", {"softmax_with_temperature": _uniform}, "worked example"),
+    ("softmax_with_temperature", {"softmax_with_temperature": _text_answer}, "worked example"),
+    ("request_cost", {"request_cost": _cost_accepts_floats}, "fractional token count"),
+    ("request_cost", {"request_cost": _cost_per_thousand}, "the price of"),
+]
