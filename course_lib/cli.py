@@ -15,7 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from course_lib.pipeline.authoring import AuthoringError, build_sources
+from course_lib import validation
+from course_lib.pipeline.authoring import AuthoringError
 from course_lib.pipeline.check import check_notebook, format_report
 from course_lib.pipeline.grade import GradeOptions, NoSubmissions, format_table, grade
 from course_lib.pipeline.hidden import HiddenTestsMissing
@@ -27,14 +28,11 @@ from course_lib.pipeline.sandbox import Limits, SandboxUnavailable
 
 
 def positive_int(text: str) -> int:
-    """argparse type: a whole number above zero."""
+    """argparse type: a whole number above zero (validation.positive_int on the parsed text)."""
     try:
-        value = int(text)
+        return validation.positive_int("the value", int(text))
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}") from None
 
 
 def cmd_lab(args) -> int:
@@ -50,14 +48,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_release(args) -> int:
-    paths = find_course()
-    authored = build_sources(paths.authoring, paths.source, args.names or None) if paths.authoring.is_dir() else []
-    names = args.names or None
-    for name, changed in release(paths, names):
-        note = "updated" if changed else "unchanged"
-        print(f"{name}: notebooks/{name}.ipynb {note}")
-    if authored:
-        print(f"(source notebooks rebuilt from grading/authoring: {len(authored)})")
+    for name, changed in release(find_course(), args.names or None):
+        print(f"{name}: notebooks/{name}.ipynb {'updated' if changed else 'unchanged'}")
     return 0
 
 

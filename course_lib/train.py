@@ -35,6 +35,7 @@ from course_lib.model import Transformer, data_dir, default_device, get_config, 
 from course_lib.tokenization.bpe import BPETokenizer
 from course_lib.tokenization.chat_template import END_OF_TEXT, SPECIAL_TOKENS, render_chat
 from course_lib.tokenization.pretokenize import GPT4_PATTERN
+from course_lib.validation import positive_int
 
 # GPT-4's split pattern with numbers cut into single digits (as Llama does): every number is
 # spelled with the same ten well-trained tokens, which a tiny model copies and adds reliably.
@@ -66,9 +67,7 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "conversations", "steps", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"TrainSettings.{name} must be a positive int, got {value!r}")
+            positive_int(f"TrainSettings.{name}", getattr(self, name))
         if self.split_pattern not in PATTERNS:
             raise ValueError(f"split_pattern must be one of {sorted(PATTERNS)}, got {self.split_pattern!r}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup < 0:

@@ -22,6 +22,7 @@ import math
 import torch
 
 from course_lib.attention.core import _check_qkv
+from course_lib.validation import positive_int
 
 __all__ = ["tiled_attention"]
 
@@ -39,8 +40,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, block_
     True
     """
     _check_qkv(q, k, v)
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    positive_int("block_size", block_size)
     n_queries, n_keys = q.shape[-2], k.shape[-2]
     if is_causal and n_queries > n_keys:
         raise ValueError(f"causal attention needs at most as many queries ({n_queries}) as keys ({n_keys})")

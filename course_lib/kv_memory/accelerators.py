@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from course_lib.kv_memory._checks import positive_number
+from course_lib.validation import positive_number
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.kv_memory._checks import positive_int
+from course_lib.validation import positive_int
 
 
 class LayerKVCache:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.kv_memory._checks import non_negative_int, non_negative_number, positive_int
+from course_lib.validation import non_negative_int, non_negative_number, positive_int
 from course_lib.kv_memory.accelerators import Accelerator, get_accelerator
 from course_lib.kv_memory.formula import format_bytes
 from course_lib.kv_memory.geometries import ModelGeometry, get_geometry

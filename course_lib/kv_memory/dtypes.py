@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from course_lib.kv_memory._checks import positive_number
+from course_lib.validation import positive_number
 
 ELEMENT_BYTES: Mapping[str, float] = MappingProxyType(
     {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}

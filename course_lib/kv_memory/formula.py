@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from course_lib.kv_memory._checks import positive_int
+from course_lib.validation import positive_int
 from course_lib.kv_memory.dtypes import bytes_per_element as _element_bytes
 
 KIB = 1024

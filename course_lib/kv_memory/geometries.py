@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
 
-from course_lib.kv_memory._checks import positive_int
+from course_lib.validation import positive_int
 from course_lib.kv_memory.dtypes import bytes_per_element
 from course_lib.kv_memory.formula import kv_cache_bytes
 

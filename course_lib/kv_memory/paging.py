@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from course_lib.kv_memory._checks import positive_int
+from course_lib.validation import positive_int
 
 
 def blocks_needed(seq_len: int, block_size: int) -> int:

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
+from course_lib.validation import positive_int
 
 __all__ = ["ModelConfig", "CONFIGS", "get_config"]
 
@@ -43,9 +44,7 @@ class ModelConfig:
                 raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; set head_dim")
             self.head_dim = self.d_model // max(self.n_heads, 1)
         for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ModelConfig.{field} must be a positive int, got {value!r}")
+            positive_int(f"ModelConfig.{field}", getattr(self, field))
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if self.head_dim % 2:

@@ -15,6 +15,7 @@ in every layer and then advances seq_len by T. Nothing is reallocated while deco
 from __future__ import annotations
 
 import torch
+from course_lib.validation import positive_int
 
 __all__ = ["KVCache", "CacheOverflowError"]
 
@@ -30,8 +31,7 @@ class KVCache:
                  *, device=None, dtype: torch.dtype = torch.float32):
         for name, value in (("n_layers", n_layers), ("batch_size", batch_size), ("n_kv_heads", n_kv_heads),
                             ("max_seq_len", max_seq_len), ("head_dim", head_dim)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"KVCache {name} must be a positive int, got {value!r}")
+            positive_int(f"KVCache {name}", value)
         self.n_layers, self.batch_size, self.n_kv_heads = n_layers, batch_size, n_kv_heads
         self.max_seq_len, self.head_dim = max_seq_len, head_dim
         shape = (batch_size, n_kv_heads, max_seq_len, head_dim)  # (B, Hkv, S, D)

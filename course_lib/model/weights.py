@@ -143,9 +143,6 @@ def load_tokenizer(name: str = "tinychat", *, directory: str | Path | None = Non
     candidates = sorted(p for p in directory.glob("tokenizer*") if p.is_file()) if directory.is_dir() else []
     if not candidates:
         raise WeightsNotFoundError(f"no tokenizer file (tokenizer*) in {directory}; {_TRAIN_HINT}")
-    try:
-        from course_lib.tokenization import BPETokenizer
-    except ImportError as err:
-        raise ImportError("course_lib.tokenization.BPETokenizer is not available yet") from err
+    from course_lib.tokenization import BPETokenizer
     preferred = [p for p in candidates if p.name == "tokenizer.json"]
     return BPETokenizer.load(str((preferred or candidates)[0]))

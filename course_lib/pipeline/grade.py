@@ -29,7 +29,7 @@ from course_lib.pipeline.grade_worker import RESULT
 from course_lib.pipeline.nbgrader_run import nbgrader_env, run_nbgrader
 from course_lib.pipeline.notebook_io import NotebookError, read_notebook
 from course_lib.pipeline.paths import CoursePaths
-from course_lib.pipeline.release import generate, resolve_assignments
+from course_lib.pipeline.release import generate, refresh_sources, resolve_assignments
 from course_lib.pipeline.sandbox import Limits, check_available
 
 CSV_FIELDS = ("student", "status", "score", "max_score", "reason")
@@ -201,6 +201,7 @@ def grade(paths: CoursePaths, assignment: str, options: GradeOptions = GradeOpti
         )
     if options.sandbox:
         check_available()
+    refresh_sources(paths, [assignment])  # never grade against a stale source notebook
     generate(paths, assignment)  # the gradebook must hold the current source cells
     results: dict[str, StudentGrade] = {}
     runnable = []

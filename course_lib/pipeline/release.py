@@ -1,7 +1,9 @@
-"""Release: nbgrader's generate_assignment, then copy the learner versions to notebooks/.
+"""Release: authoring file -> source notebook -> nbgrader generate_assignment -> notebooks/.
 
-Running it twice changes nothing: nbgrader's output is deterministic for the same source,
-and a notebook is only rewritten when its bytes differ.
+The one home of that chain: ``course release`` and ``course grade`` both rebuild the source
+notebook from ``grading/authoring/`` first, so nothing ever grades or releases a stale
+source. Running it twice changes nothing: nbgrader's output is deterministic for the same
+source, and a notebook is only rewritten when its bytes differ.
 """
 from __future__ import annotations
 
@@ -9,12 +11,24 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from course_lib.pipeline.authoring import build_sources
 from course_lib.pipeline.nbgrader_run import NbgraderFailed, run_nbgrader
 from course_lib.pipeline.paths import CoursePaths
 
 
 class UnknownAssignment(ValueError):
     pass
+
+
+def refresh_sources(paths: CoursePaths, names: list[str] | None = None) -> list[Path]:
+    """Rebuild grading/source/ from grading/authoring/ (all, or the named notebooks)."""
+    if not paths.authoring.is_dir():
+        return []  # a course laid out by hand, without authoring files: its sources stand
+    authored = {p.stem for p in paths.authoring.glob("[0-9][0-9]_*.py")}
+    wanted = [n for n in names if n in authored] if names else None
+    if names and not wanted:
+        return []
+    return build_sources(paths.authoring, paths.source, wanted)
 
 
 def resolve_assignments(paths: CoursePaths, names: list[str] | None) -> list[str]:
@@ -53,7 +67,9 @@ def generate(paths: CoursePaths, name: str, *, gradebook: Path | None = None) ->
 
 
 def release(paths: CoursePaths, names: list[str] | None = None) -> list[tuple[str, bool]]:
-    """Release each assignment and refresh notebooks/; returns (name, changed) pairs."""
+    """Rebuild the sources, release each assignment and refresh notebooks/; returns
+    (name, changed) pairs."""
+    refresh_sources(paths, names)
     results = []
     for name in resolve_assignments(paths, names):
         # A throwaway gradebook: the learner copies depend on the source alone, never on

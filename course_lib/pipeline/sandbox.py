@@ -29,6 +29,7 @@ from course_lib.pipeline.cgroups import SandboxCgroups
 
 HOME = "/tmp/home"   # inside the sandbox's private /tmp, so inside its size limit
 WORK = "/tmp/work"   # the kernel's working folder: the submission's files, read-only
+PRIVATE_FOLDERS = (Path("/tmp"), Path("/var/tmp"))  # each replaced by a small private tmpfs
 _counter = itertools.count()
 
 
@@ -114,9 +115,10 @@ class Sandbox:
 
     def bwrap_args(self) -> list[str]:
         size = str(self.limits.tmp_mb * 2**20)
-        args = [bwrap_binary(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/var/tmp",
-                "--size", str(64 * 2**20), "--tmpfs", "/dev/shm"]
+        args = [bwrap_binary(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for private in PRIVATE_FOLDERS:
+            args += ["--size", size, "--tmpfs", str(private)]
+        args += ["--size", str(64 * 2**20), "--tmpfs", "/dev/shm"]
         for hidden in self._hidden_folders():
             args += ["--tmpfs", str(hidden)]
         for folder in self._needed_folders():
@@ -143,14 +145,17 @@ class Sandbox:
         return [f for f in dict.fromkeys(folders) if f != Path("/") and not _inside(scratch, f)]
 
     def _needed_folders(self) -> list[Path]:
-        """What the kernel needs from the hidden folders: Python, the venv, the package."""
+        """What the kernel needs from the folders it cannot see: Python, the venv, the package.
+
+        A checkout (and its venv) may well live under /tmp, which the sandbox replaces too.
+        """
         import course_lib
 
         wanted = [Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix),
                   Path(course_lib.__file__).parent, self.tiktoken_cache()]
         wanted = [p.resolve() for p in wanted]
-        hidden = self._hidden_folders()
-        return sorted({p for p in wanted if any(_inside(p, h) for h in hidden)})
+        masked = [*PRIVATE_FOLDERS, *self._hidden_folders()]
+        return sorted({p for p in wanted if any(_inside(p, m) for m in masked)})
 
     def tiktoken_cache(self) -> Path:
         from course_lib.tokenization.offline import prime_tiktoken_cache

@@ -6,7 +6,6 @@
 [0.771, 0.185, 0.044]
 """
 from course_lib.sampling.generate import (
-    FINISH_REASONS,
     GenerationResult,
     default_eos_ids,
     encode_prompt,
@@ -36,7 +35,7 @@ from course_lib.sampling.stops import (
 )
 
 __all__ = [
-    "FINISH_REASONS", "ChiSquareResult", "GenerationResult", "Sampler", "SamplingParams",
+    "ChiSquareResult", "GenerationResult", "Sampler", "SamplingParams",
     "StopSequenceMatcher", "apply_frequency_presence_penalties", "apply_min_p",
     "apply_repetition_penalty", "apply_temperature", "apply_top_k", "apply_top_p", "check_logits",
     "chi_square_gof", "chi_square_p_value", "default_eos_ids", "encode_prompt", "find_stop",

@@ -1,7 +1,8 @@
 """generate(): the model engineer's prefill/decode_step loop with a real decoding rule.
 
     prompt -> token IDs -> prefill -> [process logits -> sample -> decode_step] until
-    an end token ("eos"), a stop string or stop token ("stop") or the token cap ("length").
+    an end token, a stop string or a stop token (all "stop", as OpenAI's API names them) or
+    the token cap ("length").
 
 ``generate_many`` runs n copies of one prompt as one batch: n independent samples for the
 price of one forward pass per step (how the notebooks count answers over hundreds of runs).
@@ -11,7 +12,7 @@ random numbers as a run of one; a seed fixes the whole batch's stream, not each 
     >>> result = generate(model, tokenizer, "<|user|>What is 2 + 2?<|end|><|assistant|>",
     ...                   SamplingParams(temperature=0))                  # doctest: +SKIP
     >>> result.finish_reason                                             # doctest: +SKIP
-    'eos'
+    'stop'
 """
 from __future__ import annotations
 
@@ -27,15 +28,15 @@ from course_lib.sampling.processors import token_counts
 from course_lib.sampling.sampler import sample_next_token
 from course_lib.sampling.stops import StopSequenceMatcher
 from course_lib.tokenization.chat_template import END, END_OF_TEXT, encode_chat
+from course_lib.validation import positive_int
 
-FINISH_REASONS = ("stop", "length", "eos")
 
 
 @dataclass(frozen=True)
 class GenerationResult:
     text: str                    # decoded output, stop string and end token removed
     token_ids: tuple[int, ...]   # every sampled token, including the one that ended generation
-    finish_reason: str           # "stop" (stop string or stop token), "length" (cap), "eos"
+    finish_reason: str           # "stop" (end token, stop string or stop token) or "length" (cap)
     prompt_ids: tuple[int, ...]
     stop_sequence: str | None = None  # which stop string matched, when one did
 
@@ -139,7 +140,7 @@ def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids)
                 continue  # finished rows still ride along in the batch; their tokens are ignored
             row.ids.append(token)
             if token in eos:
-                row.finish("eos")
+                row.finish("stop")
             elif token in stop_ids:
                 row.finish("stop")
             else:
@@ -173,7 +174,6 @@ def generate_many(model, tokenizer, prompt, params: SamplingParams | None = None
                   generator: torch.Generator | None = None,
                   eos_ids: Sequence[int] | None = None) -> list[GenerationResult]:
     """``n`` independent completions of one prompt, decoded together as a batch of n rows."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    positive_int("n", n)
     params = SamplingParams() if params is None else params
     return _generate_rows(model, tokenizer, prompt, params, n, generator, eos_ids)

@@ -23,12 +23,12 @@ import torch
 
 from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.sampler import next_token_probs, sample_from_probs
+from course_lib.validation import positive_int
 
 
 def chi_square_p_value(statistic: float, dof: int) -> float:
     """P(X >= statistic) for X ~ chi-square(dof)."""
-    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
-        raise ValueError(f"dof must be a positive int, got {dof!r}")
+    positive_int("dof", dof)
     if math.isnan(statistic) or statistic < 0:
         raise ValueError(f"a chi-square statistic is >= 0, got {statistic}")
     if math.isinf(statistic):
@@ -102,8 +102,7 @@ def sample_counts(logits: torch.Tensor, params: SamplingParams, n_trials: int,
     The draws go through the real sampler, batched: each chunk samples many copies of the same
     row at once, with at most ``max_chunk_elements`` probabilities in flight.
     """
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"n_trials must be a positive int, got {n_trials!r}")
+    positive_int("n_trials", n_trials)
     if logits.dim() != 1:
         raise ValueError(f"sample_counts takes one distribution, logits of shape (V,), got {tuple(logits.shape)}")
     probs = next_token_probs(logits, params)  # (V,)

@@ -149,20 +149,3 @@ def test_bad_arguments_are_refused():
         generate_corpus(-1, 0)
     with pytest.raises(ValueError, match="subset"):
         generate_corpus(3, 0, tasks=("poetry",))
-
-
-@pytest.mark.parametrize("module", ["course_lib.data", "course_lib.data.corpus", "course_lib.data.facts",
-                                    "course_lib.data.batching", "course_lib.evaluate", "course_lib.train"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # course_lib.train's example runs a two-step training
-    try:
-        result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    finally:
-        torch.set_num_threads(before)
-    assert result.attempted > 0 and result.failed == 0

@@ -61,3 +61,17 @@ def test_a_machine_without_bubblewrap_gets_a_reason_and_the_way_out(monkeypatch)
     monkeypatch.setattr(sandbox, "bwrap_binary", lambda: "/bin/false")
     with pytest.raises(SandboxUnavailable, match="--no-sandbox"):
         check_available()
+
+
+def test_a_venv_under_tmp_is_bound_back_into_the_private_tmp(tmp_path, monkeypatch):
+    """CI may clone the course under /tmp: the sandbox's own /tmp must not hide Python."""
+    venv = "/tmp/some-checkout/.venv"
+    monkeypatch.setattr(sandbox.sys, "prefix", venv)
+    box = sandbox.Sandbox(tmp_path, tmp_path / "scratch", Limits())
+    try:
+        args = box.bwrap_args()
+    finally:
+        box.close()
+    binds = [args[i + 1] for i, arg in enumerate(args) if arg == "--ro-bind"]
+    assert venv in binds
+    assert args.index("--ro-bind", args.index("/tmp")) > args.index("/tmp")  # bound after the tmpfs

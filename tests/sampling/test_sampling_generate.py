@@ -19,7 +19,7 @@ def script_for(tokenizer, text: str, end: str | None = None) -> list[int]:
 def test_eos_ends_generation_and_is_not_in_the_text(tokenizer, scripted):
     model = scripted(tokenizer.n_vocab, script_for(tokenizer, "The answer is 4.", "<|end|>") + [5, 6, 7])
     result = generate(model, tokenizer, PROMPT, SamplingParams(temperature=0, max_new_tokens=40))
-    assert result.finish_reason == "eos" and result.text == "The answer is 4."
+    assert result.finish_reason == "stop" and result.text == "The answer is 4."
     assert result.token_ids[-1] == tokenizer.special_tokens["<|end|>"]
     assert list(result.prompt_ids) == tokenizer.encode(PROMPT, allowed_special="all")
 
