@@ -1,5 +1,8 @@
 """Reference answers for notebook 00: the last step of the forward pass, and the bill.
 
+The bill of a conversation (``conversation_cost``) counts tokens with tiktoken's cl100k_base,
+adds MESSAGE_OVERHEAD_TOKENS per message, and prices a cached prefix at its own rate.
+
 The model's output for the next position is a vector of logits, one per vocabulary entry.
 The decoding rule turns it into probabilities with a softmax, sharpened or flattened by a
 temperature T:
@@ -12,6 +15,8 @@ temperature T:
 from __future__ import annotations
 
 import numpy as np
+
+MESSAGE_OVERHEAD_TOKENS = 4  # role and turn markers around each message (the course's assumption)
 
 
 def softmax_with_temperature(logits, temperature: float = 1.0) -> np.ndarray:
@@ -39,17 +44,32 @@ def softmax_with_temperature(logits, temperature: float = 1.0) -> np.ndarray:
     return weights / weights.sum()
 
 
-def request_cost(prompt_tokens: int, completion_tokens: int, *,
-                 input_usd_per_mtok: float, output_usd_per_mtok: float) -> float:
-    """Dollars for one request, priced per million input and output tokens.
+def conversation_cost(messages, completion_tokens: int, *, cached_messages: int = 0,
+                      input_usd_per_mtok: float, cached_usd_per_mtok: float,
+                      output_usd_per_mtok: float) -> dict:
+    """The bill for one request carrying a whole conversation: tokens, cached tokens, dollars.
 
-    >>> request_cost(1_000, 500, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)
-    0.0105
+    Each message costs its content's cl100k_base tokens (special-token text counted as plain
+    text) plus MESSAGE_OVERHEAD_TOKENS; the first ``cached_messages`` messages are a prefix the
+    provider has cached and bills at ``cached_usd_per_mtok``.
+
+    >>> conversation_cost([{"role": "user", "content": "Hi"}], 10, input_usd_per_mtok=3.0,
+    ...                   cached_usd_per_mtok=0.3, output_usd_per_mtok=15.0)["prompt_tokens"]
+    5
     """
-    for name, value in (("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    for name, value in (("input_usd_per_mtok", input_usd_per_mtok), ("output_usd_per_mtok", output_usd_per_mtok)):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    return (prompt_tokens * input_usd_per_mtok + completion_tokens * output_usd_per_mtok) / 1_000_000
+    import tiktoken
+
+    import course_lib.tokenization  # noqa: F401  (puts tiktoken's rank files in place)
+
+    if not isinstance(completion_tokens, int) or isinstance(completion_tokens, bool) or completion_tokens < 0:
+        raise ValueError(f"completion_tokens must be a non-negative int, got {completion_tokens!r}")
+    if (not isinstance(cached_messages, int) or isinstance(cached_messages, bool)
+            or not 0 <= cached_messages <= len(messages)):
+        raise ValueError(f"cached_messages must be an int from 0 to {len(messages)}, got {cached_messages!r}")
+    encoding = tiktoken.get_encoding("cl100k_base")
+    counts = [len(encoding.encode(m["content"], disallowed_special=())) + MESSAGE_OVERHEAD_TOKENS
+              for m in messages]
+    prompt, cached = sum(counts), sum(counts[:cached_messages])
+    usd = (cached * cached_usd_per_mtok + (prompt - cached) * input_usd_per_mtok
+           + completion_tokens * output_usd_per_mtok) / 1_000_000
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "usd": usd}

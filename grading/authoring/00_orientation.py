@@ -1,6 +1,11 @@
 # %% [markdown]
 # # 00 · After you press Enter
 #
+# **Prerequisites:** Python and a little NumPy (arrays, `np.exp`, `.sum()`); no machine
+# learning needed. This is the first notebook: start here.
+#
+# **Time:** about 55 minutes
+#
 # You type a question into a chat box and press Enter. A second or two later, words start
 # to stream back. This course follows that one request through every stage in between, and
 # in each notebook you build a stage yourself and measure it.
@@ -10,7 +15,11 @@
 #   are ordinary software around it;
 # - turn a vector of logits into next-token probabilities at any temperature, without
 #   overflow and without NaN;
-# - price a request from its token counts.
+# - say what pretraining, instruction tuning and preference tuning each change, and what
+#   none of them gives a model;
+# - price a whole conversation from its messages, with a cached prefix.
+#
+# Stuck on an exercise? `hint("exercise_name")` shows one hint at a time, gentlest first.
 
 # %% [setup]
 import numpy as np
@@ -20,6 +29,10 @@ import tiktoken
 import course_lib.tokenization  # puts tiktoken's rank files in place: no download needed
 from course_lib.tokenization.chat_template import render_chat
 from course_lib.checks import orientation as check
+from course_lib.checks.hints import Hints
+
+hint = Hints(check.HINTS)
+cl100k = tiktoken.get_encoding("cl100k_base")  # GPT-4-era production tokenizer
 
 # %% [markdown]
 # ## The stages, in order
@@ -39,10 +52,36 @@ from course_lib.checks import orientation as check
 # 9. **Post-processing.** Schema validation, safety filters, formatting.
 # 10. **Response and trace.** The answer, plus token counts, latency per stage and cost.
 #
-# Only steps 3 to 7 are the neural network. The model itself is one function: a token
-# sequence in, a probability distribution over the next token out. Templates, tools,
-# retrieval, caches and validators are ordinary, deterministic code wrapped around a
-# probabilistic core, and the product's guarantees come from that wrapper.
+# The neural network is steps 3 to 5 and the forward pass repeated inside step 7. Step 6,
+# the decoding rule, is ordinary code: a few lines that read the logits and pick a token. The
+# model itself is one function: a token sequence in, one score per vocabulary entry for the
+# next token out. Templates, the decoding rule, tools, retrieval, caches and validators are
+# ordinary code wrapped around that core, and the product's guarantees come from that wrapper.
+
+# %%
+from course_lib.diagrams import request_pipeline
+
+request_pipeline();
+
+# %% [markdown]
+# ## Where the network's behaviour comes from
+#
+# The weights that steps 3 to 7 use are made in three stages, each starting from the last:
+#
+# - **Pretraining** predicts the next token of a huge pile of text. It gives the model its
+#   grammar, its general knowledge and its skills, frozen at the date the data was collected.
+# - **Instruction tuning** (supervised fine-tuning) trains on example conversations written in
+#   the chat template. It teaches the format: answer the user's turn, then emit the end
+#   token. Knowledge barely changes.
+# - **Preference tuning** (RLHF, DPO and relatives) trains on pairs of answers where people
+#   (or a reward model) preferred one. It shifts style: helpfulness, refusals, length, tone.
+#
+# None of them gives the model a way to learn a new fact after training, or to look one up.
+# A product that must know today's price or your company's documents puts that text into the
+# prompt at request time (retrieval, tool calls): ordinary code again, in steps 1 and 9, not
+# new weights. The course's own model skipped two of the stages: it was trained from scratch
+# on generated chat conversations only, with the loss taken on the assistant's tokens, which
+# is instruction tuning's recipe; there was no pretraining and no preference tuning.
 
 # %% [markdown]
 # ## Steps 1 and 2, live
@@ -59,10 +98,9 @@ prompt = render_chat(messages)
 print(prompt)
 
 # %%
-enc = tiktoken.get_encoding("cl100k_base")
-ids = enc.encode(prompt)  # the markers are plain text to cl100k: it was not trained on them
+ids = cl100k.encode(prompt)  # the markers are plain text to cl100k: it was not trained on them
 print(len(ids), "tokens:", ids)
-print([enc.decode([i]) for i in ids])
+print([cl100k.decode([i]) for i in ids])
 
 # %% [markdown]
 # Notice how the role markers cost several tokens each under an encoding that does not know
@@ -102,15 +140,25 @@ plt.show()
 # Lower $T$ sharpens the distribution towards the top logit; higher $T$ flattens it. The
 # formula above has two traps, and they are exactly what real logits hit:
 #
-# - **Overflow.** Logits of a few hundred are ordinary in low-precision inference, and
-#   `np.exp(1000.0)` is `inf`, so `inf / inf` gives NaN.
-# - **T → 0.** Dividing by zero is undefined, yet "temperature 0" is the everyday name for
-#   greedy decoding, and tiny temperatures overflow even sooner.
+# - **Overflow.** `np.exp(x)` is `inf` once `x` passes the log of the largest number the
+#   type can hold, and then `inf / inf` gives NaN. In the low-precision types that inference
+#   runs in, that threshold is close (the first cell below prints it for each type).
+# - **Small T.** Dividing by $T$ multiplies every logit by $1/T$: a modest logit becomes a
+#   huge exponent, and at $T = 0$ the division is undefined, yet "temperature 0" is the
+#   everyday name for greedy decoding.
 
 # %%
+for dtype in (np.float64, np.float32, np.float16):
+    print(f"{dtype.__name__:>8}: exp(x) overflows once x > {float(np.log(np.finfo(dtype).max)):.1f}")
+
+# %%
+logit, T = 12.0, 0.1
 with np.errstate(over="ignore", invalid="ignore"):
+    print(f"logit {logit} at T = {T} is an exponent of {logit / T:.0f}:",
+          "float32 exp ->", np.exp(np.float32(logit / T)))
+    print("float16 exp of the logit alone ->", np.exp(np.float16(logit)))
     big = np.array([1000.0, 999.0])
-    print("naive softmax of [1000, 999]:", np.exp(big) / np.exp(big).sum())
+    print("naive softmax of [1000, 999] in float64:", np.exp(big) / np.exp(big).sum())
 
 # %% [markdown]
 # ### Exercise 1 — a softmax that never breaks
@@ -124,6 +172,8 @@ with np.errstate(over="ignore", invalid="ignore"):
 #   shared equally if several logits tie for the top;
 # - a logit of `-inf` (a masked token) gets probability exactly 0;
 # - a negative temperature raises `ValueError`.
+#
+# `hint("softmax_with_temperature")` gives a hint; run it again for the next one.
 
 # %% [solution] softmax_with_temperature
 def softmax_with_temperature(logits, temperature=1.0):
@@ -155,40 +205,88 @@ for T in (2.0, 1.0, 0.5, 0.1, 0.01, 0.0):
 #
 # Hosted models charge per token, with output tokens usually several times dearer than input
 # tokens (they are generated one at a time; the prompt is processed in one parallel pass).
-# Prices are quoted in dollars per million tokens.
+# Prices are quoted in dollars per million tokens. A chat model keeps no memory between
+# requests: every turn sends the *whole* conversation again. Providers therefore cache the
+# start of a prompt they have just seen and bill that cached prefix at a discount.
 #
-# ### Exercise 2 — price a request
+# ### Exercise 2 — price a conversation
 #
-# Write `request_cost(prompt_tokens, completion_tokens, *, input_usd_per_mtok,
-# output_usd_per_mtok)` returning the cost in dollars. Token counts must be non-negative
-# integers; anything else raises `ValueError`.
+# Write `conversation_cost(messages, completion_tokens, *, cached_messages=0,
+# input_usd_per_mtok, cached_usd_per_mtok, output_usd_per_mtok)`, where `messages` is a list
+# of `{"role": ..., "content": ...}` dicts, returning a dict
+# `{"prompt_tokens": int, "cached_tokens": int, "usd": float}`:
+#
+# - a message costs the number of `cl100k_base` tokens of its `content` (the setup cell made
+#   `cl100k`), plus **4** tokens of overhead for its role and turn markers (this course's
+#   round figure; each provider's template has its own);
+# - text that looks like a special token (`<|endoftext|>`) is counted as ordinary text:
+#   encode with `disallowed_special=()`;
+# - `prompt_tokens` is the sum over all messages; `cached_tokens` is the sum over the first
+#   `cached_messages` messages, the prefix the provider has cached;
+# - `usd` prices the cached tokens at `cached_usd_per_mtok`, the rest of the prompt at
+#   `input_usd_per_mtok` and `completion_tokens` at `output_usd_per_mtok`, all per million;
+# - `completion_tokens` must be an `int` ≥ 0, and `cached_messages` an `int` from 0 to
+#   `len(messages)`; anything else (a float such as `2.5` or `20.0`, a string, a count out
+#   of range) raises `ValueError`.
+#
+# `hint("conversation_cost")` is there if you need it.
 
-# %% [solution] request_cost
-def request_cost(prompt_tokens, completion_tokens, *, input_usd_per_mtok, output_usd_per_mtok):
+# %% [solution] conversation_cost
+def conversation_cost(messages, completion_tokens, *, cached_messages=0,
+                      input_usd_per_mtok, cached_usd_per_mtok, output_usd_per_mtok):
     ### BEGIN SOLUTION
-    for n in (prompt_tokens, completion_tokens):
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"token counts must be non-negative ints, got {n!r}")
-    return (prompt_tokens * input_usd_per_mtok + completion_tokens * output_usd_per_mtok) / 1_000_000
+    if not isinstance(completion_tokens, int) or completion_tokens < 0:
+        raise ValueError(f"completion_tokens must be a non-negative int, got {completion_tokens!r}")
+    if not isinstance(cached_messages, int) or not 0 <= cached_messages <= len(messages):
+        raise ValueError(f"cached_messages must be an int from 0 to {len(messages)}, got {cached_messages!r}")
+    counts = [len(cl100k.encode(m["content"], disallowed_special=())) + 4 for m in messages]
+    prompt, cached = sum(counts), sum(counts[:cached_messages])
+    usd = (cached * cached_usd_per_mtok + (prompt - cached) * input_usd_per_mtok
+           + completion_tokens * output_usd_per_mtok) / 1_000_000
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "usd": usd}
     ### END SOLUTION
 
-# %% [tests] request_cost points=2
-check.request_cost(request_cost)
+# %% [tests] conversation_cost points=2
+check.conversation_cost(conversation_cost)
 
 # %% [markdown]
-# The prompt from the start of this notebook, answered with 50 tokens, at representative
-# prices of \$3 in and \$15 out per million tokens:
+# Now a conversation that grows turn by turn, at representative prices of \$3 per million
+# input tokens, \$0.30 cached and \$15 output. Each answer is a stand-in reply, billed at its
+# own cl100k token count. Each request resends every earlier message; with caching, all of
+# them but the new user turn are the cached prefix.
 
 # %%
-print(f"${request_cost(len(ids), 50, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0):.6f}")
+prices = dict(input_usd_per_mtok=3.0, cached_usd_per_mtok=0.3, output_usd_per_mtok=15.0)
+chat = [{"role": "system", "content": "You are a patient maths tutor. Explain every step."}]
+for turn in range(1, 6):
+    chat.append({"role": "user", "content": f"Question {turn}: what is {turn} times 17, and why?"})
+    reply = f"{turn} times 17 is {turn * 17}: add seventeen to itself, one step per unit. " * 4
+    reply_tokens = len(cl100k.encode(reply))
+    cold_bill = conversation_cost(chat, reply_tokens, **prices)
+    cached_bill = conversation_cost(chat, reply_tokens, cached_messages=len(chat) - 1, **prices)
+    print(f"turn {turn}: {cold_bill['prompt_tokens']:>4} prompt + {reply_tokens} output tokens, "
+          f"${cold_bill['usd']:.6f} without cache, ${cached_bill['usd']:.6f} with the prefix cached")
+    chat.append({"role": "assistant", "content": reply})
+
+# %% [markdown]
+# The prompt grows with every turn, so a long chat's later turns cost more than its first,
+# and the cached discount matters more the longer the history.
 
 # %% [markdown]
 # ## The whole request, on the course's own model
 #
 # The course ships a small transformer trained on a narrow chat corpus (notebook 02 opens it
 # up). It runs here on the CPU. `trace_request` sends one question through every stage
-# listed at the top of this notebook and times each one; the last stage is a deterministic
-# check on the answer, the kind of guarantee the product (not the model) owns.
+# listed at the top of this notebook, decoding greedily, and times each one; the last stage is
+# a deterministic check on the answer, the kind of guarantee the product (not the model) owns.
+#
+# The first call of anything in PyTorch pays one-time costs (allocating memory, choosing
+# kernels, filling CPU caches), and a timer would charge them all to prefill. So the request
+# runs once to warm up; then it runs three more times and we keep the fastest run, the one
+# least disturbed by whatever else the machine is doing. The first line the cell prints
+# compares the cold prefill with the kept one. `finish_reason` says why generation ended,
+# with the names OpenAI's API uses: `"stop"` when the model emitted its end-of-turn token,
+# `"length"` when the token cap was reached.
 
 # %%
 from course_lib.model import load_model, load_tokenizer
@@ -197,25 +295,37 @@ from course_lib.request_trace import trace_request
 model = load_model("tinychat", device="cpu")
 tokenizer = load_tokenizer("tinychat")
 question = [{"role": "user", "content": "What is 2 + 2?"}]
-trace = trace_request(model, tokenizer, question, max_new_tokens=24,
-                      validate=lambda text: text.strip().rstrip(".").split()[-1] in ("4", "four"))
-print("answer:", repr(trace.text), "| finished by:", trace.finish_reason, "| valid:", trace.valid)
+
+
+def answers_four(text):
+    return text.strip().rstrip(".").split()[-1] in ("4", "four")
+
+
+cold = trace_request(model, tokenizer, question, max_new_tokens=24, validate=answers_four)  # warm-up
+warm_runs = [trace_request(model, tokenizer, question, max_new_tokens=24, validate=answers_four)
+             for _ in range(3)]
+trace = min(warm_runs, key=lambda run: run.total_seconds)
+print(f"prefill: {cold.seconds('prefill') * 1e3:.2f} ms on the first call, "
+      f"{trace.seconds('prefill') * 1e3:.2f} ms in the fastest warm run")
+print("answer:", repr(trace.text), "| finish_reason:", trace.finish_reason, "| valid:", trace.valid)
 print(trace.table())
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 2.6))
 ax.barh([s.stage for s in trace.stages][::-1], [s.seconds * 1e3 for s in trace.stages][::-1])
 ax.set_xlabel("milliseconds")
-ax.set_title(f"{trace.prompt_tokens} prompt tokens, {trace.completion_tokens} generated")
+ax.set_title(f"{trace.prompt_tokens} prompt tokens, {trace.completion_tokens} generated (warm)")
 plt.show()
 
 # %% [markdown]
 # Prefill reads every prompt token in one parallel pass; decode pays one full forward pass
-# *per generated token*. That asymmetry, small here, is the heart of notebooks 03 and 06.
-# The bill for this request, at the same representative prices:
+# *per generated token*. That asymmetry, small here, is the heart of notebook 03 (the KV
+# cache). Per generated token:
 
 # %%
-print(f"${request_cost(trace.prompt_tokens, trace.completion_tokens, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0):.6f}")
+decode_steps = trace.completion_tokens - 1  # the first token came out of prefill
+print(f"prefill {trace.seconds('prefill') * 1e3:.2f} ms for {trace.prompt_tokens} tokens; "
+      f"decode {trace.seconds('decode') * 1e3 / max(decode_steps, 1):.2f} ms per token over {decode_steps} steps")
 
 # %% [markdown]
 # ## Interview probes
@@ -229,13 +339,46 @@ print(f"${request_cost(trace.prompt_tokens, trace.completion_tokens, input_usd_p
 # - *Weak:* "the model reads the question and writes the answer", with no tokens, no loop,
 #   and no idea where latency or cost come from.
 #
-# **"What does temperature 0 mean?"**
-# - *Strong:* the $T \to 0$ limit of the softmax, i.e. greedy argmax: repeatable for a fixed
-#   model revision and inputs, but not more *correct*; it removes sampling variety only.
+# **"What does temperature 0 mean? Is the output then deterministic?"**
+# - *Strong:* the $T \to 0$ limit of the softmax, i.e. greedy argmax; it removes sampling
+#   variety, not errors. Repeatable only for a fixed model, a fixed input *and* a fixed batch
+#   shape: a server that batches your request with others may sum in a different order, and a
+#   near-tie between two logits can then flip (notebook 04 measures this).
 # - *Weak:* "it makes the model factual" or "it turns randomness off everywhere".
 #
+# **"Our model doesn't know last month's policy change. Should we fine-tune it in?"**
+# - *Strong:* separates the three training stages: pretraining gives knowledge, instruction
+#   and preference tuning shape format and behaviour; none is a dependable way to add or update
+#   facts, and each run costs a training job and an evaluation. Facts that change belong in
+#   the prompt at request time (retrieval or a tool call), where they can be updated, cited
+#   and checked.
+# - *Weak:* "yes, RLHF on the new documents", or "the model learns from our users' chats".
+#
+# **"Why does the twentieth turn of a chat cost more than the first?"**
+# - *Strong:* the model is stateless, so each turn resends the whole history; prompt tokens
+#   grow with the conversation; prefix caching bills the repeated start at a discount and
+#   also skips its prefill work.
+# - *Weak:* "the model gets tired" or "longer answers", with no mention of the resent history.
+
+# %% [markdown]
 # ## Recap
-# - A chat request is a pipeline; only its middle is a neural network.
-# - Temperature rescales logits before the softmax; compute it stably, and treat $T = 0$ as
-#   argmax.
-# - Cost and latency are counted in tokens, which is where notebook 01 begins.
+# - A chat request is a pipeline; only its middle (embedding, prefill, the repeated forward
+#   pass) is a neural network. The decoding rule, the template, the stop check and the
+#   validators are ordinary code.
+# - Pretraining gives knowledge, instruction tuning the chat format, preference tuning the
+#   style; facts that change come in through the prompt.
+# - Temperature divides the logits before the softmax; subtract the maximum so nothing
+#   overflows (in float16 a modest exponent already does), and treat $T = 0$ as argmax with
+#   ties shared.
+# - Every turn resends the conversation: cost grows with history, and a cached prefix is
+#   cheaper. Tokens are where notebook 01 begins.
+#
+# **Self-check:**
+# 1. Which of the ten stages run the neural network, and why is the decoding rule not one of
+#    them?
+# 2. Why does subtracting the largest logit leave the probabilities unchanged, and what does it
+#    protect against at $T = 0.1$?
+# 3. With $T = 0$ and the logits `[5, 5, 1]`, what probabilities should a softmax return?
+# 4. A conversation has a 2,000-token history and a 20-token new question. Which part can a
+#    provider bill at the cached price, and why?
+# 5. Why does the notebook run the request once before timing it?

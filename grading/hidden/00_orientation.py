@@ -1,12 +1,13 @@
 """Hidden tests for 00_orientation, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here in plain Python; the learner's functions are reached only
-through ``learner.function``, which sends and returns plain data.
+Expectations are computed here in plain Python and, for token counts, with tiktoken itself
+(the production tokenizer); the learner's functions are reached only through
+``learner.function``, which sends and returns plain data.
 """
 import math
 import random
 
-REFERENCES = ("course_lib.orientation.softmax_with_temperature", "course_lib.orientation.request_cost")
+REFERENCES = ("course_lib.orientation.softmax_with_temperature", "course_lib.orientation.conversation_cost")
 NEG_INF = float("-inf")
 
 
@@ -41,13 +42,55 @@ def softmax_with_temperature(learner, check):
     check.raises("a negative temperature raises ValueError", lambda: f([1.0, 2.0], -0.5), "ValueError")
 
 
-def request_cost(learner, check):
-    f = learner.function("request_cost")
-    for p, c, i, o in [(1000, 500, 3.0, 15.0), (0, 0, 1.0, 1.0), (123456, 7890, 0.15, 0.6),
-                       (10**7, 10**6, 2.5, 10.0), (1, 1, 0.0, 0.0)]:
-        check.close(f"the price of {p} prompt + {c} completion tokens at ${i}/${o} per million",
-                    lambda: f(p, c, input_usd_per_mtok=i, output_usd_per_mtok=o), (p * i + c * o) / 1e6, atol=1e-12)
-    for p, c, rule in [(-1, 0, "a negative prompt count"), (0, -5, "a negative completion count"),
-                       (2.5, 1, "a fractional token count"), ("10", 1, "a count given as text")]:
-        check.raises(f"{rule} raises ValueError", lambda: f(p, c, input_usd_per_mtok=1.0, output_usd_per_mtok=1.0),
-                     "ValueError")
+def _cl100k():
+    import tiktoken
+
+    import course_lib.tokenization  # noqa: F401  (tiktoken's rank files, offline; not an answer)
+
+    return tiktoken.get_encoding("cl100k_base")
+
+
+OVERHEAD = 4  # tokens per message, as the exercise states
+
+
+def conversation_cost(learner, check):
+    f = learner.function("conversation_cost")
+    enc = _cl100k()
+
+    def count(message):
+        return len(enc.encode(message["content"], disallowed_special=())) + OVERHEAD
+
+    chat = [{"role": "system", "content": "You answer in one short sentence."},
+            {"role": "user", "content": "Where is the Eiffel Tower?"},
+            {"role": "assistant", "content": "In Paris, France."},
+            {"role": "user", "content": "How tall is it, in metres? Кто построил?"},
+            {"role": "assistant", "content": "About 330 m; Gustave Eiffel's company built it."},
+            {"role": "user", "content": "Thanks! 🙂"}]
+    prices = dict(input_usd_per_mtok=2.5, cached_usd_per_mtok=1.25, output_usd_per_mtok=10.0)
+    counts = [count(m) for m in chat]
+    check.equal("a single message costs its cl100k_base tokens plus the 4-token per-message overhead",
+                lambda: f(chat[1:2], 0, **prices)["prompt_tokens"], counts[1])
+    check.equal("the per-message overhead is paid for every message of the conversation",
+                lambda: f(chat, 0, **prices)["prompt_tokens"], sum(counts))
+    check.equal("an empty message still pays the per-message overhead",
+                lambda: f([{"role": "user", "content": ""}], 0, **prices)["prompt_tokens"], OVERHEAD)
+    special = [{"role": "user", "content": "Ignore <|endoftext|> and <|fim_prefix|>, please."}]
+    check.equal("special-token text in a message is counted as ordinary text",
+                lambda: f(special, 0, **prices)["prompt_tokens"], count(special[0]))
+    for k in (0, 1, 3, 6):
+        cached = sum(counts[:k])
+        check.equal(f"the cached prefix is the first cached_messages messages (cached_messages={k})",
+                    lambda: f(chat, 7, cached_messages=k, **prices)["cached_tokens"], cached)
+        usd = (cached * 1.25 + (sum(counts) - cached) * 2.5 + 7 * 10.0) / 1e6
+        check.close(f"the bill: cached prefix at the cached price, the rest at the input price, output "
+                    f"at the output price, per million (cached_messages={k})",
+                    lambda: f(chat, 7, cached_messages=k, **prices)["usd"], usd, atol=1e-12, rtol=1e-9)
+    check.close("prices are per million tokens (a large completion)",
+                lambda: f(chat[:1], 1_000_000, input_usd_per_mtok=0.0, cached_usd_per_mtok=0.0,
+                          output_usd_per_mtok=12.0)["usd"], 12.0, atol=1e-9)
+    for bad, rule in ((2.5, "a fractional"), (-3, "a negative"), ("12", "a text"), (1e3, "a float")):
+        check.raises(f"{rule} completion token count raises ValueError",
+                     lambda: f(chat, bad, **prices), "ValueError")
+    for bad in (7, -1, 1.0):
+        check.raises(f"cached_messages out of range or not an int ({bad!r} for 6 messages) raises ValueError",
+                     lambda: f(chat, 0, cached_messages=bad, **prices), "ValueError")

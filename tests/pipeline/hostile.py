@@ -36,7 +36,7 @@ shell._showtraceback = lambda *a, **k: None
 sys.excepthook = lambda *a: None
 def softmax_with_temperature(logits, temperature=1.0):
     raise RuntimeError("nobody will see this")
-def request_cost(*args, **kwargs):
+def conversation_cost(*args, **kwargs):
     raise RuntimeError("nobody will see this")
 """
 
@@ -57,13 +57,14 @@ class Anything(float):
     __hash__ = float.__hash__
 def softmax_with_temperature(logits, temperature=1.0):
     return [Anything(0.0) for _ in logits]
-def request_cost(*args, **kwargs):
+def conversation_cost(*args, **kwargs):
     return Anything(0.0)
 """
 
 DELEGATES_TO_REFERENCE = {
     "softmax_with_temperature": "from course_lib.orientation import softmax_with_temperature",
-    "request_cost": "import importlib\nrequest_cost = importlib.import_module('course_lib.orientation').request_cost",
+    "conversation_cost": ("import importlib\n"
+                          "conversation_cost = importlib.import_module('course_lib.orientation').conversation_cost"),
 }
 
 PATCHES_NUMPY_AND_BUILTINS = """
@@ -76,7 +77,7 @@ builtins.isinstance = lambda *a: True
 json.dumps = lambda *a, **k: '{"ok": 0.0105}'
 def softmax_with_temperature(logits, temperature=1.0):
     return np.zeros(len(logits))
-def request_cost(*args, **kwargs):
+def conversation_cost(*args, **kwargs):
     return 0.0
 """
 
@@ -118,7 +119,7 @@ HANGS_IN_EVERY_CALL = """
 import time
 def softmax_with_temperature(logits, temperature=1.0):
     time.sleep(3600)
-def request_cost(*args, **kwargs):
+def conversation_cost(*args, **kwargs):
     time.sleep(3600)
 """
 

@@ -27,8 +27,9 @@ def test_full_check_runs_the_hidden_tests_out_of_process():
     assert result.stdout.count("hidden tests: ✓ all pass") == 2, result.stdout
 
 
-def test_full_check_fails_an_answer_that_only_the_hidden_tests_catch(tmp_path):
-    """An argmax one-hot at T = 0 passes every visible case but breaks the tie rule."""
+def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(tmp_path):
+    """An argmax one-hot at T = 0 breaks the tie rule: the visible check says so, and --full
+    names the rule in the hidden test's failure too (a green visible check means done)."""
     import nbformat
 
     nb = nbformat.read(REPO / "grading" / "source" / "00_orientation" / "00_orientation.ipynb", as_version=4)
@@ -38,7 +39,7 @@ def test_full_check_fails_an_answer_that_only_the_hidden_tests_catch(tmp_path):
     path = tmp_path / "00_orientation.ipynb"
     nbformat.write(nb, str(path))
     visible = course("check", str(path))
-    assert visible.returncode == 0, visible.stdout
+    assert visible.returncode == 1 and "a tie shares the mass" in visible.stdout, visible.stdout
     full = course("check", "--full", str(path))
     assert full.returncode == 1
     assert "✗" in full.stdout and "tie for the top" in full.stdout, full.stdout
@@ -55,7 +56,7 @@ def test_blank_notebook_reports_each_exercise_not_attempted():
     result = course("check", "notebooks/00_orientation.ipynb")
     assert result.returncode == 1
     assert "· softmax_with_temperature [not attempted]" in result.stdout
-    assert "· request_cost [not attempted]" in result.stdout
+    assert "· conversation_cost [not attempted]" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 

@@ -184,7 +184,7 @@ def test_feedback_shows_each_hidden_check_but_never_its_code(graded_together):
                   if len(line.strip()) > 25 and not line.strip().startswith(("#", '"""'))]
     page = (paths.feedback / "half_right" / A / f"{A}.html").read_text(encoding="utf-8")
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
-    assert "✗ the worked example" in text and "✓ a negative prompt count raises ValueError" in text
+    assert "✗ the worked example" in text and "✓ an empty message still pays the per-message overhead" in text
     assert not [line for line in code_lines if line in text]
 
 

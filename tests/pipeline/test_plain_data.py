@@ -91,13 +91,14 @@ def test_a_kernel_reply_is_a_value_or_one_of_two_errors(reply, error):
 
 
 def test_reference_stubs_raise_and_keep_the_rest_of_the_module(tmp_path):
-    overlays = reference_stubs.write_stubs(["course_lib.orientation.request_cost"], tmp_path)
+    overlays = reference_stubs.write_stubs(["course_lib.orientation.conversation_cost"], tmp_path)
     (real, stub), = overlays.items()
     assert real.name == "orientation.py"
     namespace = {}
     exec(stub.read_text(), namespace)
     with pytest.raises(NotImplementedError, match="not available while grading"):
-        namespace["request_cost"](1, 1, input_usd_per_mtok=1.0, output_usd_per_mtok=1.0)
+        namespace["conversation_cost"]([], 1, input_usd_per_mtok=1.0, cached_usd_per_mtok=1.0,
+                                       output_usd_per_mtok=1.0)
     assert namespace["softmax_with_temperature"]([0.0, 0.0], 1.0).tolist() == [0.5, 0.5]
     with pytest.raises(ValueError, match="defines no top-level"):
         reference_stubs.write_stubs(["course_lib.orientation.nope"], tmp_path)
