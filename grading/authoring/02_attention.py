@@ -4,7 +4,15 @@
 # Notebook 01 turned text into token IDs. This one follows those IDs into the network and
 # opens up the operation that makes a transformer a transformer: attention. You will write
 # it, mask it, split it into heads, give it a sense of position, and share its keys and
-# values between heads the way modern models do, checking each piece against PyTorch.
+# values between heads the way modern models do, checking each piece against PyTorch. Then
+# you put the pieces together into one block of the course's own model and check it against
+# that model's trained layer.
+#
+# **Prerequisites:** notebook 00 (softmax with temperature, logits) and notebook 01 (token
+# IDs); comfort with PyTorch tensors (`@`, `transpose`, `view`, broadcasting) and the idea of
+# a matrix product as a linear layer.
+#
+# **Time:** about 125 minutes.
 #
 # **By the end of this notebook you can**
 # - compute scaled dot-product attention by hand and say why the scores are divided by
@@ -13,7 +21,10 @@
 # - show that attention without positions ignores word order, and explain how rotary
 #   embeddings (RoPE) put order back so that scores depend only on relative distance;
 # - tell multi-head, grouped-query and multi-query attention apart by their cache size;
-# - measure the quadratic cost of the score matrix;
+# - build one complete transformer block (RMSNorm, attention with RoPE and GQA, a gated MLP,
+#   residuals, pre-norm) that reproduces the course model's trained layer;
+# - measure the quadratic cost of the score matrix and say what sparse, sliding-window and
+#   linear attention give up to avoid it;
 # - read attention heat maps from the course's own model, and say what they do *not* show.
 
 # %% [setup]
@@ -26,9 +37,11 @@ import torch.nn.functional as F
 
 from course_lib.attention import MultiHeadAttention, attention_weights, rope_cos_sin, sinusoidal_positions
 from course_lib.checks import attention as check
+from course_lib.checks.hints import Hints
 from course_lib.model import Transformer, WeightsNotFoundError, get_config, load_model, load_tokenizer
 
 torch.set_num_threads(1)  # small tensors: one thread is faster and steadier on a shared CPU
+hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
 # ## The intuition
@@ -108,6 +121,9 @@ for d in (4, 16, 64, 256, 1024):
 #   row maximum first.
 # - Write it with tensor operations; do **not** call `torch.nn.functional.scaled_dot_product_attention`,
 #   which is what the tests compare you with.
+#
+# Stuck? `hint("scaled_dot_product_attention")` shows a first hint; each further call shows
+# the next one.
 
 # %% [solution] scaled_dot_product_attention
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -140,7 +156,8 @@ check.scaled_dot_product_attention(scaled_dot_product_attention)
 # Write `causal_mask(n_queries, n_keys=None)` returning a boolean tensor of shape
 # `(n_queries, n_keys)` (`n_keys` defaults to `n_queries`) that is `True` where a query may
 # look at a key: key position $\le$ the query's absolute position $n_{keys} - n_{queries} + i$.
-# More queries than keys makes no sense here: raise `ValueError`.
+# More queries than keys makes no sense here: raise `ValueError`. The mask must be a
+# `torch.bool` tensor. `hint("causal_mask")` is there if you need it.
 
 # %% [solution] causal_mask
 def causal_mask(n_queries, n_keys=None):
@@ -194,14 +211,24 @@ print("max |f(shuffled x) - shuffled f(x)| =", (out_of_shuffled - out[:, perm]).
 # into $H$ slices of width $D = d_{model} / H$ and runs attention on each slice in parallel;
 # the results are glued back together and mixed by an output projection. The cost is about
 # the same as one wide head, because each head is narrower.
-#
+
+# %% [markdown]
+# The shapes at each step, for the course model's head count and width (one sequence of six
+# tokens):
+
+# %%
+from course_lib.diagrams import attention_shapes
+
+attention_shapes(batch=1, heads=get_config("tinychat").n_heads, seq=6, head_dim=get_config("tinychat").head_dim);
+
+# %% [markdown]
 # ### Exercise 3 — splitting and merging heads
 #
 # Write `split_heads(x, n_heads)`: `(B, T, H*D)` → `(B, H, T, D)`, where head $h$ gets the
 # features $hD \dots (h+1)D - 1$; raise `ValueError` when the feature size is not divisible
-# by `n_heads`. And `merge_heads(x)`: `(B, H, T, D)` → `(B, T, H*D)`, the exact inverse.
-# (Hint: `view` into `(B, T, H, D)`, then `transpose`; for the inverse, `transpose` back and
-# `reshape`.)
+# by `n_heads`. And `merge_heads(x)`: `(B, H, T, D)` → `(B, T, H*D)`, the exact inverse, which
+# must also work directly on what `split_heads` returns (a view whose memory is not in
+# `(B, H, T, D)` order). `hint("split_merge_heads")` gives hints one at a time.
 
 # %% [solution] split_merge_heads
 def split_heads(x, n_heads):
@@ -247,7 +274,11 @@ plt.show()
 # ### Rotary embeddings
 #
 # Split the $D$ features of a query (or key) into $D/2$ pairs, feature $i$ with feature
-# $i + D/2$ (the "rotate-half" layout that Llama checkpoints use). Treat each pair as a point
+# $i + D/2$. This "rotate-half" layout is the one in Hugging Face's Llama code, which the
+# course model follows; Meta's original Llama code pairs *adjacent* features, $(x_0, x_1)$,
+# $(x_2, x_3)$, and so on. Both are the same rotation up to a fixed reordering of the query
+# and key features, which is why checkpoints converted between the two have the rows of
+# their query and key projections permuted. Treat each pair as a point
 # in a plane and rotate it by the angle $p\,\theta_i$, where $p$ is the position and
 # $\theta_i = \text{theta}^{-2i/D}$ with theta = 10000 by default:
 #
@@ -262,10 +293,9 @@ plt.show()
 #
 # Write `apply_rope(x, positions, theta=10000.0)`: `x` has shape `(..., T, D)` with $D$ even,
 # `positions` is an integer tensor of shape `(T,)`. Rotate every pair as above and return a
-# tensor of the same shape and dtype. Work out the angles in at least float32.
-# (Hint: with `cos` and `sin` tables of shape `(T, D)` whose two halves repeat the same
-# angles, the whole rotation is `x * cos + rotate_half(x) * sin`, where
-# `rotate_half([a, b]) = [-b, a]` on the two halves of the last axis.)
+# tensor of the same shape and dtype. Work out the angles in at least float32, whatever the
+# dtype of `x`: float16 cannot hold the angle of a position in the thousands precisely
+# enough. `hint("apply_rope")` shows hints one at a time.
 
 # %% [solution] apply_rope
 def apply_rope(x, positions, theta=10000.0):
@@ -332,15 +362,141 @@ print("position 400 at scaling 4 == position 100 unscaled:", same)
 # - **GQA** (grouped-query): $H_{kv}$ key/value heads, each shared by a group of
 #   $H / H_{kv}$ consecutive query heads (Llama 3 uses 8 KV heads);
 # - **MQA** (multi-query): a single key/value head shared by all queries.
-#
-# ### Exercise 5 — key/value sharing for GQA
-#
-# Write `repeat_kv(x, n_rep)`: `(B, H_kv, T, D)` → `(B, H_kv * n_rep, T, D)`, repeating each
-# key/value head `n_rep` times in place, so that query head $h$ reads key/value head
-# $\lfloor h / n_{rep} \rfloor$ (heads `[a, b]` become `[a, a, b, b]` for `n_rep = 2`, not
-# `[a, b, a, b]`). `n_rep = 1` returns the input unchanged; `n_rep < 1` raises `ValueError`.
 
-# %% [solution] repeat_kv
+# %% [markdown]
+# The picture shows the sharing for the course model's own head counts: each key/value head
+# serves one group of consecutive query heads.
+
+# %%
+from course_lib.diagrams import gqa_head_sharing
+
+gqa_head_sharing(query_heads=get_config("tinychat").n_heads, kv_heads=get_config("tinychat").n_kv_heads);
+
+# %% [markdown]
+# What the sharing buys, in cache bytes per token for the course model's geometry (read from
+# its config in the cell below; float32): K and V, times layers, times KV heads, times head
+# width, times bytes per number.
+
+# %%
+base = get_config("tinychat")
+print(f"tinychat: {base.n_layers} layers, {base.n_heads} query heads, head width {base.head_dim} "
+      f"(= d_model {base.d_model} / {base.n_heads} heads)")
+for label, n_kv in (("MHA", base.n_heads), ("GQA", base.n_kv_heads), ("MQA", 1)):
+    per_token = 2 * base.n_layers * n_kv * base.head_dim * 4
+    print(f"{label}: {n_kv} KV head(s) -> {per_token:>6,} bytes per token, "
+          f"{per_token * base.max_seq_len / 2**20:.2f} MiB for a full {base.max_seq_len}-token context")
+
+# %% [markdown]
+# ## The course model
+#
+# The package ships a small decoder-only transformer in the Llama style:
+#
+# - token embedding → $L$ blocks → final RMSNorm → output head (logits over the vocabulary);
+# - each block: `x + attention(RMSNorm(x))`, then `x + MLP(RMSNorm(x))`;
+# - RMSNorm rescales each vector to unit root-mean-square (no mean subtraction, no bias),
+#   then multiplies by a learned weight per feature;
+# - attention uses RoPE and grouped-query attention;
+# - the MLP is gated (SwiGLU): `down(silu(gate(x)) * up(x))`, where
+#   $\mathrm{silu}(z) = z \cdot \sigma(z)$.
+#
+# The next cell loads the trained weights if they are installed, and otherwise builds the
+# same architecture with seeded random weights, saying which one you are looking at.
+
+# %%
+try:
+    model = load_model("tinychat", device="cpu")
+    source = "trained tinychat weights"
+except WeightsNotFoundError:
+    model = Transformer(get_config("tinychat"), generator=torch.Generator().manual_seed(0)).eval()
+    source = "RANDOM weights (the trained model is not installed yet: run `course train`)"
+try:
+    tokenizer = load_tokenizer("tinychat")
+except (WeightsNotFoundError, ImportError):
+    tokenizer = None
+cfg = model.config
+print(f"model: {source}")
+print(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query heads, {cfg.n_kv_heads} KV heads, "
+      f"head width {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.max_seq_len}, "
+      f"{model.num_parameters():,} parameters")
+
+# %% [markdown]
+# One block's weights, by name and shape. A linear layer stores its matrix as
+# `(out_features, in_features)`, so applying it to `h` is `h @ W.T`.
+
+# %%
+for name, tensor in model.layers[0].state_dict().items():
+    print(f"{name:<34} {tuple(tensor.shape)}")
+
+# %% [markdown]
+# ### Pre-norm
+#
+# The original transformer normalised *after* each residual addition (**post-norm**):
+# `x = Norm(x + f(x))`. Almost every recent model normalises the *input of each branch*
+# instead (**pre-norm**): `x = x + f(Norm(x))`. The residual stream itself is never
+# normalised inside the blocks, so there is a clean identity path from the embedding to the
+# output: gradients reach the first layers undiminished, and deep stacks train stably
+# without the long learning-rate warm-up post-norm needs. The price is that the stream's
+# size grows with depth, which is why a pre-norm model ends with one last norm before the
+# output head. The cell below shows that growth on the course model: the root-mean-square of
+# the residual stream entering each block, on one prompt.
+
+# %%
+stream_prompt = torch.randint(0, cfg.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+if tokenizer is not None:
+    stream_prompt = torch.tensor([tokenizer.encode("<|user|>What is 2 + 2?<|end|><|assistant|>", allowed_special="all")])
+block_inputs = []
+hooks = [layer.register_forward_pre_hook(lambda module, args: block_inputs.append(args[0].detach()))
+         for layer in model.layers]
+with torch.no_grad():
+    model(stream_prompt)
+for hook in hooks:
+    hook.remove()
+for layer_idx, stream in enumerate(block_inputs):
+    print(f"into block {layer_idx}: rms of the residual stream = {stream.pow(2).mean().sqrt().item():.3f}")
+
+# %% [markdown]
+# ### Exercise 5 — one tinychat block
+#
+# Put the pieces together. In one cell, write three functions:
+#
+# - `rms_norm(x, weight, eps)`: over the last axis,
+#   $\mathrm{weight} \cdot x / \sqrt{\mathrm{mean}(x^2) + \mathrm{eps}}$, with eps *inside*
+#   the square root (it matters for small activations) and no mean subtraction.
+# - `repeat_kv(x, n_rep)`: `(B, H_kv, T, D)` → `(B, H_kv * n_rep, T, D)`, repeating each
+#   key/value head `n_rep` times in place, so that query head $h$ reads key/value head
+#   $\lfloor h / n_{rep} \rfloor$ (heads `[a, b]` become `[a, a, b, b]` for `n_rep = 2`, not
+#   `[a, b, a, b]`). `n_rep = 1` returns the input unchanged; `n_rep < 1` raises `ValueError`.
+# - `transformer_block(x, weights, config)`: `x` is the residual stream entering the block,
+#   float32 of shape `(B, T, d_model)`, its tokens at positions $0 \dots T-1$; `weights` is a
+#   dict of tensors named as printed above (`"input_layernorm.weight"`,
+#   `"self_attn.q_proj.weight"`, ..., `"mlp.down_proj.weight"`); `config` is a dict of plain
+#   numbers: `n_heads`, `n_kv_heads`, `head_dim`, `norm_eps`, `rope_theta`. Read every size
+#   from `config` (the tests also try other head counts and RoPE bases, and batches of
+#   several sequences). Return the block's output, same shape as `x`:
+#   1. `h = rms_norm(x, input_layernorm.weight, norm_eps)` (pre-norm: normalise the branch input);
+#   2. project `h` to queries, keys and values; split them into `n_heads`, `n_kv_heads` and
+#      `n_kv_heads` heads of width `head_dim`;
+#   3. rotate queries and keys with RoPE at positions $0 \dots T-1$ and base `rope_theta`;
+#   4. share each key/value head among `n_heads / n_kv_heads` consecutive query heads;
+#   5. causal attention, heads merged, then the output projection `o_proj`;
+#   6. first residual: `x = x + attention output`;
+#   7. second residual: `x + down(silu(gate(h2)) * up(h2))` with
+#      `h2 = rms_norm(x, post_attention_layernorm.weight, norm_eps)`.
+#
+# Call your earlier answers (`scaled_dot_product_attention`, `causal_mask`, `split_heads`,
+# `merge_heads`, `apply_rope`) rather than course_lib's model classes: the grader runs your
+# block on its own. The test feeds your block the real activations that enter each of the
+# trained model's layers and compares with that layer's output. `hint("transformer_block")`
+# shows hints one at a time.
+
+# %% [solution] transformer_block
+def rms_norm(x, weight, eps):
+    ### BEGIN SOLUTION
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+    ### END SOLUTION
+
 def repeat_kv(x, n_rep):
     ### BEGIN SOLUTION
     if n_rep < 1:
@@ -350,20 +506,29 @@ def repeat_kv(x, n_rep):
     return x.reshape(batch, n_kv * n_rep, seq, head_dim)  # (B, H, T, D)
     ### END SOLUTION
 
-# %% [tests] repeat_kv points=2
-check.repeat_kv(repeat_kv)
+def transformer_block(x, weights, config):
+    ### BEGIN SOLUTION
+    w, eps = weights, config["norm_eps"]
+    n_heads, n_kv_heads = config["n_heads"], config["n_kv_heads"]
+    seq = x.shape[1]
+    positions = torch.arange(seq)
 
-# %% [markdown]
-# What the sharing buys, in cache bytes per token for the course model's geometry (8 query
-# heads, head width 32, 4 layers, float32): K and V, times layers, times KV heads, times
-# head width, times bytes per number.
+    h = rms_norm(x, w["input_layernorm.weight"], eps)  # pre-norm: the branch sees a normalised copy
+    q = split_heads(h @ w["self_attn.q_proj.weight"].T, n_heads)  # (B, H, T, D)
+    k = split_heads(h @ w["self_attn.k_proj.weight"].T, n_kv_heads)  # (B, Hkv, T, D)
+    v = split_heads(h @ w["self_attn.v_proj.weight"].T, n_kv_heads)  # (B, Hkv, T, D)
+    q, k = apply_rope(q, positions, config["rope_theta"]), apply_rope(k, positions, config["rope_theta"])
+    n_rep = n_heads // n_kv_heads
+    attended = scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask=causal_mask(seq))
+    x = x + merge_heads(attended) @ w["self_attn.o_proj.weight"].T  # first residual
 
-# %%
-base = get_config("tinychat")
-for label, n_kv in (("MHA", base.n_heads), ("GQA", base.n_kv_heads), ("MQA", 1)):
-    per_token = 2 * base.n_layers * n_kv * base.head_dim * 4
-    print(f"{label}: {n_kv} KV head(s) -> {per_token:>6,} bytes per token, "
-          f"{per_token * base.max_seq_len / 2**20:.2f} MiB for a full {base.max_seq_len}-token context")
+    h2 = rms_norm(x, w["post_attention_layernorm.weight"], eps)
+    gated = F.silu(h2 @ w["mlp.gate_proj.weight"].T) * (h2 @ w["mlp.up_proj.weight"].T)  # (B, T, d_ff)
+    return x + gated @ w["mlp.down_proj.weight"].T  # second residual
+    ### END SOLUTION
+
+# %% [tests] transformer_block points=5
+check.transformer_block(transformer_block, rms_norm, repeat_kv)
 
 # %% [markdown]
 # ## The quadratic cost, measured
@@ -410,76 +575,104 @@ plt.show()
 # Tiled attention (FlashAttention's idea, in `course_lib.attention.tiled_attention`) computes
 # exactly the same result without ever holding the whole $n \times n$ matrix: it streams
 # keys in blocks and keeps a running maximum and running sum for the softmax. The work stays
-# quadratic; the memory becomes linear. Notebook 06 measures it.
-
-# %% [markdown]
-# ## The course model
+# quadratic; the memory becomes linear.
 #
-# The package ships a small decoder-only transformer in the Llama style:
+# ### Answers to $O(n^2)$ that change the result
 #
-# - token embedding → $L$ blocks → final RMSNorm → output head (logits over the vocabulary);
-# - each block: `x + attention(RMSNorm(x))`, then `x + MLP(RMSNorm(x))`;
-# - RMSNorm rescales each vector to unit root-mean-square (no mean subtraction, no bias);
-# - attention uses RoPE and grouped-query attention;
-# - the MLP is gated: `down(silu(gate(x)) * up(x))`.
+# Tiling keeps attention exact. Three families give up something to cut the work itself:
 #
-# The next cell loads the trained weights if they are installed, and otherwise builds the
-# same architecture with seeded random weights, saying which one you are looking at.
-
-# %%
-try:
-    model = load_model("tinychat", device="cpu")
-    source = "trained tinychat weights"
-except WeightsNotFoundError:
-    model = Transformer(get_config("tinychat"), generator=torch.Generator().manual_seed(0)).eval()
-    source = "RANDOM weights (the trained model is not installed yet: run `course train`)"
-try:
-    tokenizer = load_tokenizer("tinychat")
-except (WeightsNotFoundError, ImportError):
-    tokenizer = None
-cfg = model.config
-print(f"model: {source}")
-print(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} query heads, {cfg.n_kv_heads} KV heads, "
-      f"head width {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.max_seq_len}, "
-      f"{model.num_parameters():,} parameters")
-
-# %% [markdown]
-# ### Attention heat maps
+# - **Sparse attention**: each query sees a fixed pattern of keys (local blocks plus a few
+#   strided or global positions, as in Sparse Transformer, Longformer, BigBird). Work grows
+#   roughly as $n \cdot$ (keys per query). What it gives up: a token can reach a distant one
+#   only through the pattern, often over several layers.
+# - **Sliding-window attention**: each query sees only the last $w$ keys (Mistral 7B used
+#   $w = 4{,}096$; Gemma 2 alternates windowed and full layers). Work and KV cache grow as
+#   $n \cdot w$, and the cache stops growing at $w$ tokens per layer. What it gives up: direct
+#   access to anything older than $w$; information from further back survives only if earlier
+#   layers carried it forward.
+# - **Linear attention**: replace $\mathrm{softmax}(q \cdot k)$ by a product of feature maps
+#   $\phi(q) \cdot \phi(k)$, so $\sum_j \phi(k_j) v_j^\top$ can be kept as a running state of
+#   fixed size (the idea behind RetNet, Mamba-style state-space layers and other recurrent
+#   variants). Work is linear in $n$ and the "cache" is constant. What it gives up: the
+#   sharp, content-based lookup of softmax; exact recall of one token from far back is where
+#   these models are weakest, which is why hybrids keep some full-attention layers.
 #
-# Each panel shows one head: row $i$ is the distribution of query $i$ over the keys. The
-# upper triangle is empty because of the causal mask. With trained weights you typically see
-# heads that look at the previous token, heads that stay on the first token (a common
-# "resting place"), and heads that follow the structure of the chat template. With random
-# weights the patterns are close to uniform over the visible keys.
+# The memory the scores would need if they were held, for one head of one layer at 128k
+# tokens in 16-bit numbers, full attention against a 4,096-token window:
 
 # %%
-text = "<|user|>What is 2 + 2?<|end|><|assistant|>"
-if tokenizer is not None:
-    ids = tokenizer.encode(text, allowed_special="all")
-    labels = [tokenizer.decode([i]) for i in ids]
-else:
-    ids = torch.randint(0, cfg.vocab_size, (16,), generator=torch.Generator().manual_seed(0)).tolist()
-    labels = [str(i) for i in ids]
+n_tokens, window, bytes_per_score = 128 * 1024, 4096, 2
+full_scores = n_tokens * n_tokens * bytes_per_score
+windowed_scores = n_tokens * window * bytes_per_score
+print(f"full attention at {n_tokens:,} tokens: {full_scores / 2**30:,.1f} GiB of scores per head per layer")
+print(f"{window:,}-token sliding window:     {windowed_scores / 2**30:,.1f} GiB "
+      f"({full_scores / windowed_scores:.0f}x less)")
+
+# %% [markdown]
+# ## Attention heat maps in the trained model
+#
+# Each panel shows one head: row $i$ is the distribution of query $i$ over the keys; the
+# upper triangle is empty because of the causal mask. Rather than pick heads at random and
+# hope, the next cell *measures* two patterns over a few chat prompts, for every head:
+#
+# - the **previous-token score**: the average weight a query puts on the token just before it;
+# - the **first-token score**: the average weight a query (other than the first) puts on
+#   position 0, a common "resting place" for heads with nothing to do.
+#
+# A head that spread its weight evenly over the visible keys would score $1/(i+1)$ at query
+# $i$ on both; that uniform baseline is printed next to the best heads so you can judge how
+# specialised they really are. (With random weights every head sits near the baseline.)
+
+# %%
+chat_prompts = ["<|user|>What is 2 + 2?<|end|><|assistant|>",
+                "<|user|>Tell me a story about a cat.<|end|><|assistant|>",
+                "<|user|>Name three colours.<|end|><|assistant|>"]
+fallback = torch.Generator().manual_seed(0)
+prompt_ids = [tokenizer.encode(p, allowed_special="all") if tokenizer is not None
+              else torch.randint(0, cfg.vocab_size, (12,), generator=fallback).tolist() for p in chat_prompts]
+
+previous_score = torch.zeros(cfg.n_layers, cfg.n_heads)
+first_score = torch.zeros(cfg.n_layers, cfg.n_heads)
+uniform_score = 0.0
+for ids in prompt_ids:
+    maps = torch.stack([m[0] for m in model.attention_maps(torch.tensor([ids]))])  # (L, H, T, T)
+    rows = torch.arange(1, len(ids))  # queries 1..T-1 (query 0 can only see itself)
+    previous_score += maps[..., rows, rows - 1].mean(-1) / len(prompt_ids)
+    first_score += maps[..., rows, 0].mean(-1) / len(prompt_ids)
+    uniform_score += (1.0 / (rows + 1)).mean().item() / len(prompt_ids)
+
+def best_head(scores):
+    flat = int(scores.argmax())
+    return flat // cfg.n_heads, flat % cfg.n_heads, scores.max().item()
+
+chosen = {"previous-token": best_head(previous_score), "first-token": best_head(first_score)}
+for pattern, (layer_idx, head, score) in chosen.items():
+    print(f"best {pattern} head: layer {layer_idx}, head {head}, score {score:.2f} "
+          f"(a uniform head scores {uniform_score:.2f})")
+
+# %%
+ids = prompt_ids[0]
+labels = [tokenizer.decode([i]) for i in ids] if tokenizer is not None else [str(i) for i in ids]
 maps = model.attention_maps(torch.tensor([ids]))  # one (1, H, T, T) tensor per layer
-layers_to_show = [0, cfg.n_layers - 1]
-fig, axes = plt.subplots(len(layers_to_show), 4, figsize=(12, 6))
-for row, layer_idx in enumerate(layers_to_show):
-    for head in range(4):
-        ax = axes[row, head]
-        ax.imshow(maps[layer_idx][0, head], cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"layer {layer_idx}, head {head}", fontsize=9)
-        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
-        ax.set_yticks(range(len(labels)), labels, fontsize=6)
+fig, axes = plt.subplots(1, len(chosen), figsize=(10, 5))
+for ax, (pattern, (layer_idx, head, score)) in zip(axes, chosen.items()):
+    ax.imshow(maps[layer_idx][0, head], cmap="viridis", vmin=0, vmax=1)
+    ax.set_title(f"{pattern} head: layer {layer_idx}, head {head}\nscore {score:.2f} "
+                 f"(uniform {uniform_score:.2f})", fontsize=9)
+    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
 fig.suptitle(f"Attention weights ({source.split(' (')[0]})")
 plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# A caution that matters in interviews and in practice: attention weights show where
-# information was *routed* in one layer, not *why* the model produced its output. Values are
-# mixed, passed through MLPs and later layers, and a small weight on a large value can matter
-# more than a large weight on a small one. Treat heat maps as a view of routing, not as an
-# explanation.
+# Compare each printed score with the uniform baseline: in a model this small the best
+# heads lean towards their pattern rather than locking onto it, and large models show much
+# sharper versions of the same patterns. A caution that matters in interviews and in
+# practice: attention weights show where information was *routed* in one layer, not *why*
+# the model produced its output. Values are mixed, passed through MLPs and later layers, and
+# a small weight on a large value can matter more than a large weight on a small one. Treat
+# heat maps as a view of routing, not as an explanation.
 
 # %% [markdown]
 # ## Interview probes
@@ -496,6 +689,26 @@ plt.show()
 #   quality, usually small for GQA, larger for MQA; the query heads are untouched.
 # - *Weak:* "it has fewer heads, so it is smaller", with no mention of the cache.
 #
+# **"Why do modern transformers use pre-norm rather than post-norm?"**
+# - *Strong:* pre-norm computes `x + f(Norm(x))`, leaving the residual stream un-normalised,
+#   so every block has an identity path and gradients reach early layers undiminished; deep
+#   stacks train without long warm-up or divergence. Post-norm normalises after each add,
+#   rescaling the gradient at every layer. Pre-norm's stream grows with depth (measured
+#   above on the course model), hence the final norm before the output head. Can point at
+#   steps 1 and 7 of Exercise 5, where the norms sit on the branch inputs.
+# - *Weak:* "normalising earlier is better", with no mention of the residual path or of
+#   training stability.
+#
+# **"Attention is $O(n^2)$. What can you do about it, and what does each fix cost?"**
+# - *Strong:* separates exact from approximate. FlashAttention-style tiling keeps the result
+#   exact and makes memory linear, but the work stays quadratic. Sparse patterns and sliding
+#   windows cut work to about $n \cdot w$ and give up direct access to distant tokens (the
+#   cell above: the window's score memory at 128k tokens is a small fraction of full
+#   attention's); linear attention and state-space layers make it linear with a fixed-size
+#   state and give up precise long-range recall, which is why hybrids keep some full layers.
+# - *Weak:* "use FlashAttention, it makes attention linear", or naming a method without
+#   saying what it loses.
+#
 # **"Is the model reasoning, or pattern-matching?"**
 # - *Strong:* separates what can be observed from what is claimed. Observable: outputs are
 #   conditioned on the context, and writing out intermediate steps measurably improves some
@@ -504,7 +717,8 @@ plt.show()
 #   tasks rather than a verdict.
 # - *Weak:* a confident "yes, it reasons" or "no, it is just autocomplete", with nothing
 #   that could be checked.
-#
+
+# %% [markdown]
 # ## Recap
 # - Attention is softmax($QK^\top/\sqrt{d_k}$)$V$: scores, weights that sum to 1, a mix of values.
 # - The causal mask lets one pass train every position and keeps decoding from reading
@@ -513,4 +727,19 @@ plt.show()
 #   depend only on relative offsets, and rescaling its angles is how contexts get extended.
 # - Heads split the features; GQA and MQA share keys and values among query heads and shrink
 #   the cache, which is where notebook 03 goes next.
-# - The score matrix is $n \times n$: doubling the context quadruples that work.
+# - A block is pre-norm attention and a pre-norm gated MLP, each added to the residual
+#   stream; yours reproduces the trained model's layers.
+# - The score matrix is $n \times n$: doubling the context quadruples that work. Tiling
+#   saves the memory exactly; sparse, windowed and linear attention save the work by giving
+#   up some access to the past.
+#
+# **Self-check:**
+# 1. Why does a boolean mask have to set hidden scores to $-\infty$ rather than a large
+#    negative number such as $-10^4$?
+# 2. With 3 cached tokens and 2 new ones, which keys may the second new query see?
+# 3. Why does RoPE make $q \cdot k$ depend only on the distance between two tokens?
+# 4. In tinychat, how many query heads share each key/value head, and by what factor does
+#    that shrink the KV cache compared with multi-head attention?
+# 5. In your block, where exactly are the two norms applied, and what would change if you
+#    normalised the residual stream after each addition instead?
+# 6. What does a 4,096-token sliding window give up at 128k tokens, and what does it save?

@@ -2,7 +2,9 @@
 
 Expectations come from torch itself (scaled_dot_product_attention in float64,
 nn.MultiheadAttention, enable_gqa), from NumPy reshapes, or from an independent formulation
-(RoPE as multiplication by complex numbers). The learner's functions are reached only through
+(RoPE as multiplication by complex numbers); the transformer block is compared with the shipped
+tinychat model's own layers on real activations captured by forward hooks (the production
+model as oracle; tests/hidden checks that it agrees with transformers' Llama). The learner's functions are reached only through
 ``learner.function`` / ``learner.script``, which send tensors in and get NumPy arrays back.
 """
 import random
@@ -254,7 +256,7 @@ def apply_rope(learner, check):
                    same_scores, "rotating q and k by the same extra angle changed their dot product")
 
 
-def repeat_kv(learner, check):
+def _repeat_kv_checks(learner, check):
     f = learner.function("repeat_kv")
     for b, h_kv, n_rep, t, d in [(1, 1, 8, 4, 2), (2, 2, 4, 5, 4), (3, 4, 1, 2, 4), (1, 3, 2, 6, 8)]:
         gen = torch.Generator().manual_seed(b + h_kv + n_rep)
@@ -277,3 +279,82 @@ def repeat_kv(learner, check):
     check.equal("n_rep = 1 returns the input unchanged", lambda: f(x, 1), x.numpy())
     for bad in (0, -2):
         check.raises(f"n_rep = {bad} (below 1) raises ValueError", lambda: f(torch.randn(1, 2, 3, 4), bad), "ValueError")
+
+
+def _rms_norm_checks(learner, check):
+    f = learner.function("rms_norm")
+    g = torch.Generator().manual_seed(21)
+    for scale, eps in [(1.0, 1e-5), (1e-3, 1e-5), (5.0, 1e-2)]:
+        x, weight = scale * torch.randn(2, 3, 8, generator=g), torch.randn(8, generator=g)
+        x64 = x.double()
+        expected = (weight.double() * x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps)).numpy()
+        rule = ("eps goes inside the square root" if scale < 1 else
+                "rms_norm: weight * x / sqrt(mean(x^2) + eps) over the last axis")
+        check.close(f"{rule} (activations of size {scale:g}, eps {eps:g})", lambda: f(x, weight, eps),
+                    expected, atol=1e-5 * max(1.0, float(weight.abs().max())))
+
+
+# The production oracle: the shipped tinychat model, its real layer inputs captured by hooks.
+_PROMPTS = ("<|user|>How many legs does a spider have?<|end|><|assistant|>",
+            "<|user|>Write a short poem about the sea.<|end|><|assistant|>",
+            "<|user|>What is the capital of France?<|end|><|assistant|>")
+
+
+def _plain_config(cfg):
+    return dict(n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+                norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta)
+
+
+def _layer_weights(layer):
+    return {name: t.detach().clone() for name, t in layer.state_dict().items()}
+
+
+def shipped_layer_cases():
+    """[(prompt label, layer index, x, expected)], the real inputs and outputs of tinychat's layers,
+    plus the model and its config as plain numbers. Also used by the tests of these tests."""
+    from course_lib.model import load_model, load_tokenizer
+
+    model, tokenizer = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    sequences = [tokenizer.encode(p, allowed_special="all") for p in _PROMPTS]
+    shortest = min(len(s) for s in sequences)
+    batches = [(f"prompt {i + 1}", torch.tensor([s])) for i, s in enumerate(sequences)]
+    batches.append(("a batch of two prompts", torch.tensor([s[:shortest] for s in sequences[:2]])))
+    cases = []
+    for label, ids in batches:
+        captured = []
+        hooks = [layer.register_forward_hook(lambda m, args, out: captured.append((args[0].detach(), out.detach())))
+                 for layer in model.layers]
+        with torch.no_grad():
+            model(ids)
+        for hook in hooks:
+            hook.remove()
+        cases += [(label, i, x, y) for i, (x, y) in enumerate(captured)]
+    return model, _plain_config(model.config), cases
+
+
+def transformer_block(learner, check):
+    _rms_norm_checks(learner, check)
+    _repeat_kv_checks(learner, check)
+    block = learner.function("transformer_block")
+    model, config, cases = shipped_layer_cases()
+    for label, layer_idx, x, expected in cases:
+        check.close(f"pre-norm block (RMSNorm, RoPE, GQA, causal attention, SwiGLU, residuals) reproduces "
+                    f"trained layer {layer_idx} on {label} ({x.shape[1]} tokens)",
+                    lambda: block(x, _layer_weights(model.layers[layer_idx]), config), expected.numpy(), atol=1e-4, rtol=1e-4)
+    x = cases[0][2][:, :6] * 1e-3  # small activations: eps decides the norm
+    with torch.no_grad():
+        expected = model.layers[0](x, rotary=model.rotary.slice(0, 6)).numpy()
+    check.close("RMSNorm's eps inside the square root: the block on activations scaled down 1000x",
+                lambda: block(x, _layer_weights(model.layers[0]), config), expected, atol=1e-4, rtol=1e-4)
+
+    from course_lib.model import Transformer, get_config
+
+    for name, theta in (("test-mqa", 500.0), ("test-mha", 10000.0), ("test-gqa", 1e6)):
+        cfg = get_config(name, rope_theta=theta)
+        other = Transformer(cfg, generator=torch.Generator().manual_seed(5)).eval()
+        x = torch.randn(2, 7, cfg.d_model, generator=torch.Generator().manual_seed(6))
+        with torch.no_grad():
+            expected = other.layers[1](x, rotary=other.rotary.slice(0, 7)).numpy()
+        check.close(f"every size read from config: {cfg.n_heads} query heads, {cfg.n_kv_heads} KV heads, "
+                    f"rope_theta {theta:g}",
+                    lambda: block(x, _layer_weights(other.layers[1]), _plain_config(cfg)), expected, atol=1e-4, rtol=1e-4)
