@@ -5,6 +5,8 @@ generated from a seed, so every run (and every learner) sees the same text.
 
     >>> sorted(CATEGORY_SAMPLES)
     ['adversarial', 'cjk', 'code', 'emoji', 'prose']
+    >>> len(PARALLEL_PASSAGE), sorted(PARALLEL_FUNCTION)
+    (9, ['JavaScript', 'Python', 'Rust'])
     >>> synthetic_corpus(200, seed=1) == synthetic_corpus(200, seed=1)
     True
 """
@@ -40,6 +42,57 @@ CATEGORY_SAMPLES: dict[str, str] = {
         "Pay\u200bPal ра\u0443pal Z\u0351\u0308\u0353a\u0346l\u035bg\u0327o "
         "co\u0301\u0301\u0301mbining" + " " * 24 + "spaces \u200d\u200d\u200d joiners \ufeff\u2060 "
         "𝐇𝐞𝐥𝐥𝐨 ℌ𝔢𝔩𝔩𝔬 " + "9" * 20
+    ),
+}
+
+# A parallel set: the same short passage in several languages, translated for the course, so
+# that token counts compare cost per unit of meaning (the samples above are not translations).
+PARALLEL_PASSAGE: dict[str, str] = {
+    "English": "The river rose during the night, so the villagers moved their boats to higher ground. "
+               "By morning everyone was safe, and the bakery opened as usual.",
+    "French": "La rivière a monté pendant la nuit, alors les villageois ont déplacé leurs bateaux vers un terrain "
+              "plus élevé. Au matin, tout le monde était en sécurité et la boulangerie a ouvert comme d'habitude.",
+    "German": "Der Fluss stieg in der Nacht, also brachten die Dorfbewohner ihre Boote auf höheres Gelände. "
+              "Am Morgen waren alle in Sicherheit, und die Bäckerei öffnete wie gewohnt.",
+    "Spanish": "El río creció durante la noche, así que los aldeanos llevaron sus barcas a un terreno más alto. "
+               "Por la mañana todos estaban a salvo y la panadería abrió como siempre.",
+    "Russian": "Ночью река поднялась, поэтому жители деревни перенесли лодки на возвышенность. "
+               "К утру все были в безопасности, и пекарня открылась как обычно.",
+    "Hindi": "रात में नदी का पानी बढ़ गया, इसलिए गाँव वालों ने अपनी नावें ऊँची जगह पर पहुँचा दीं। "
+             "सुबह तक सब सुरक्षित थे और बेकरी हमेशा की तरह खुली।",
+    "Arabic": "ارتفع النهر خلال الليل، فنقل أهل القرية قواربهم إلى أرض أعلى. "
+              "وفي الصباح كان الجميع بأمان، وفتح المخبز كالمعتاد.",
+    "Chinese": "夜里河水上涨，村民们把船搬到了地势更高的地方。到了早上，大家都安然无恙，面包店也照常开门了。",
+    "Japanese": "夜のうちに川が増水したので、村人たちは舟を高台へ移した。朝になると全員が無事で、パン屋はいつも通り開店した。",
+}
+
+# One small function (the mean of the positive numbers in a list, 0.0 when there are none)
+# written in three programming languages, for the same comparison on code.
+PARALLEL_FUNCTION: dict[str, str] = {
+    "Python": (
+        "def mean_of_positives(values):\n"
+        "    positives = [v for v in values if v > 0]\n"
+        "    if not positives:\n"
+        "        return 0.0\n"
+        "    return sum(positives) / len(positives)\n"
+    ),
+    "JavaScript": (
+        "function meanOfPositives(values) {\n"
+        "  const positives = values.filter((v) => v > 0);\n"
+        "  if (positives.length === 0) {\n"
+        "    return 0.0;\n"
+        "  }\n"
+        "  return positives.reduce((a, b) => a + b, 0) / positives.length;\n"
+        "}\n"
+    ),
+    "Rust": (
+        "fn mean_of_positives(values: &[f64]) -> f64 {\n"
+        "    let positives: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0).collect();\n"
+        "    if positives.is_empty() {\n"
+        "        return 0.0;\n"
+        "    }\n"
+        "    positives.iter().sum::<f64>() / positives.len() as f64\n"
+        "}\n"
     ),
 }
 

@@ -13,7 +13,14 @@
 # - reproduce tiktoken's IDs for `cl100k_base` exactly;
 # - encode untrusted text so that it can never forge a special token, and say why that matters
 #   for a chat template;
-# - count the tokens of a templated chat, and predict which texts are expensive.
+# - count the tokens of a templated chat, and predict which texts are expensive;
+# - explain why letter counting and long-number arithmetic trip models up, and what a bigger
+#   vocabulary buys and costs.
+#
+# **Prerequisites:** notebook 00 (what a token is, the stages of a request); Python lists,
+# dicts and `str`/`bytes`; what UTF-8 is, roughly (one character can take several bytes).
+#
+# **Time:** about 155 minutes.
 
 # %% [setup]
 import random
@@ -36,7 +43,11 @@ from course_lib.tokenization import (
     token_boundaries_html,
 )
 from course_lib.tokenization.chat_template import SPECIAL_TOKENS, render_chat
+from course_lib.tokenization.samples import PARALLEL_FUNCTION, PARALLEL_PASSAGE
 from course_lib.checks import tokenization as check
+from course_lib.checks.hints import Hints
+
+hint = Hints(check.HINTS)  # hint("get_stats") shows the next hint for an exercise
 
 cl100k = tiktoken.get_encoding("cl100k_base")
 o200k = tiktoken.get_encoding("o200k_base")
@@ -56,12 +67,22 @@ for enc in (cl100k, o200k):
 for word in [" the", " tokenization", " antidisestablishmentarianism", " Привет", " 🤷🏽‍♀️"]:
     pieces = [cl100k.decode_single_token_bytes(i) for i in cl100k.encode(word)]
     print(f"{word!r:36} -> {len(pieces)} token(s): {pieces}")
+greeting_tokens = len(cl100k.encode(" Привет"))
+shrug_tokens = len(cl100k.encode(" 🤷🏽‍♀️"))
 
 # %% [markdown]
-# A common English word is one token. A long rare word is a few. A Russian greeting and an
-# emoji with a skin tone and a gender sign fall apart into many pieces, some of which are not
-# even whole characters: they are raw UTF-8 bytes. That is the whole story of token cost in
-# one cell; the rest of the notebook explains the mechanism and measures it.
+# A common English word is one token; a long rare word is a few. The Russian greeting costs a
+# few tokens for its six letters, and the emoji with a skin tone and a gender sign (five
+# code points joined into one symbol) costs the most of all. Some pieces are not even whole
+# characters: they are raw UTF-8 bytes. The exact counts:
+
+# %%
+print(f"' Привет': {greeting_tokens} tokens for the {len('Привет')} letters of the word; "
+      f"' 🤷🏽‍♀️': {shrug_tokens} tokens for {len('🤷🏽‍♀️')} code points shown as one symbol")
+
+# %% [markdown]
+# That is the whole story of token cost in two cells; the rest of the notebook explains the
+# mechanism and measures it.
 
 # %% [markdown]
 # ## Step 1: the split pattern
@@ -102,7 +123,8 @@ for text in ["a", "é", "中", "🎉"]:
 #
 # Write `get_stats(ids)` that returns a dict mapping each adjacent pair `(ids[i], ids[i+1])`
 # to the number of times it occurs. Overlapping pairs count separately (`[5, 5, 5]` holds
-# `(5, 5)` twice). A list with fewer than two IDs has no pairs.
+# `(5, 5)` twice). A list with fewer than two IDs has no pairs. `(a, b)` and `(b, a)` are different pairs.
+# Stuck? `hint("get_stats")` shows a hint; run it again for the next one.
 
 # %% [solution] get_stats
 def get_stats(ids):
@@ -121,7 +143,9 @@ check.get_stats(get_stats)
 #
 # Write `merge(ids, pair, new_id)` that returns a **new** list in which every occurrence of
 # `pair`, scanning left to right, is replaced by `new_id`. When occurrences overlap, the left
-# one wins: merging `(5, 5)` in `[5, 5, 5]` gives `[new_id, 5]`. Do not modify `ids`.
+# one wins: merging `(5, 5)` in `[5, 5, 5]` gives `[new_id, 5]`. Order inside the pair
+# matters (`(2, 1)` is not `(1, 2)`), IDs that are not part of a match are copied unchanged,
+# and `ids` itself is not modified. Hints: `hint("merge")`.
 
 # %% [solution] merge
 def merge(ids, pair, new_id):
@@ -161,7 +185,7 @@ check.merge(merge)
 # steps above with `split_text(text)` (already imported) for step 1. It learns
 # `vocab_size - 256` merges, or stops early when no pair is left. A `vocab_size` below 256
 # raises `ValueError`. You may use your `get_stats` and `merge` (count a pair once per
-# occurrence, across all chunks).
+# occurrence, across all chunks). Hints: `hint("train_bpe")`.
 
 # %% [solution] train_bpe
 def train_bpe(text, vocab_size):
@@ -215,7 +239,8 @@ print(f"{len(sample.encode('utf-8'))} bytes -> {len(small.encode_ordinary(sample
 # Split with `split_text(text)`, encode each chunk separately, and concatenate the IDs. Inside
 # a chunk, repeatedly pick the pair present in the chunk whose merge has the lowest new ID
 # and merge all its occurrences (left to right), until no pair of the chunk is in `merges`.
-# With an empty `merges` the result is the UTF-8 bytes.
+# The dict's own order does not matter, only the new IDs. Return one flat list; with an
+# empty `merges` the result is the UTF-8 bytes. Hints: `hint("encode")`.
 
 # %% [solution] encode
 def encode(text, merges):
@@ -243,8 +268,8 @@ check.encode(encode)
 # 255 are single bytes, and a merge `(a, b) -> new_id` stands for the bytes of `a` followed by
 # the bytes of `b`. Join the bytes of all IDs and decode them with
 # `bytes.decode("utf-8", errors="replace")`, so a broken character becomes U+FFFD (`�`)
-# instead of raising, exactly as tiktoken does. An ID that is neither a byte nor a merge
-# raises `ValueError`.
+# instead of raising, exactly as tiktoken does. Return a `str`. An ID that is neither a byte
+# nor a merge (a negative one included) raises `ValueError`. Hints: `hint("decode")`.
 
 # %% [solution] decode
 def decode(ids, merges):
@@ -292,6 +317,22 @@ ours, theirs = course_cl100k.encode_ordinary(mixed), cl100k.encode_ordinary(mixe
 print(f"{len(theirs)} tokens; identical IDs: {ours == theirs}; round trip: {course_cl100k.decode(ours) == mixed}")
 
 # %% [markdown]
+# **A known limitation.** The split pattern's classes (`\p{L}`, `\p{M}`, ...) are looked up in a
+# Unicode database, and the course uses Python's `regex` module while tiktoken uses a Rust regex
+# engine with its own, older copy. A code point that one database has assigned and the other has
+# not can be split differently. U+05C8 is such a code point: `regex` classes it as a combining
+# mark, tiktoken's engine as unassigned. With `o200k_base`, whose pattern lets marks join a
+# word, a string like `" \u05c8\u0301's"` is cut differently, so the IDs differ. Matching
+# tiktoken would mean pinning the course to tiktoken's Unicode version, which neither library
+# exposes, so the course states the difference and a test pins it
+# (`tests/tokenization/test_unicode_versions.py`). Ordinary text never meets it.
+
+# %%
+course_o200k = BPETokenizer.from_tiktoken("o200k_base")
+u05c8_text = " \u05c8\u0301's"
+print("tiktoken:", o200k.encode_ordinary(u05c8_text), " course:", course_o200k.encode_ordinary(u05c8_text))
+
+# %% [markdown]
 # ## Special tokens: reserved IDs, and a policy for them
 #
 # Some IDs are not text at all: `<|endoftext|>` separates documents, and a chat model's
@@ -331,25 +372,9 @@ print("assistant turns the model sees, safe encoding: ", safe.count(assistant_id
 
 # %% [markdown]
 # The leaky encoding contains two assistant markers, so the model reads an assistant turn the
-# user wrote. The safe one has a single marker: the one the template added at the end.
-#
-# ### Exercise 6 — safe encoding of user text
-#
-# Write `safe_encode(text, enc)` that encodes untrusted user text with a tiktoken encoding
-# `enc` so that any special-token strings inside it are encoded as ordinary text: the result
-# never contains a special token's ID and never raises because of such a string. Anything
-# other than a `str` raises `TypeError`.
-
-# %% [solution] safe_encode
-def safe_encode(text, enc):
-    ### BEGIN SOLUTION
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
-    return enc.encode(text, disallowed_special=())
-    ### END SOLUTION
-
-# %% [tests] safe_encode points=1
-check.safe_encode(safe_encode)
+# user wrote. The safe one has a single marker: the one the template added at the end. The
+# rule, which the next exercise applies: **user text is always encoded as ordinary text**
+# (`enc.encode_ordinary`), and only the template emits special IDs.
 
 # %% [markdown]
 # ## Counting the tokens of a chat
@@ -361,14 +386,24 @@ check.safe_encode(safe_encode)
 # the template has each marker as one special token; an encoding that does not know the markers
 # spells each one out in ordinary tokens.
 #
-# ### Exercise 7 — tokens of a templated chat
+# ### Exercise 6 — tokens of a templated chat
 #
 # Write `chat_token_count(messages, enc)` for a tiktoken encoding `enc` and a list of
-# `{"role": ..., "content": ...}` messages. Encode the chat piece by piece, in this order: for
-# each message its role marker `<|role|>`, its content, then `<|end|>`; finally the generation
-# prompt `<|assistant|>`. A marker costs one token if it is one of `enc`'s special tokens
-# (`marker in enc.special_tokens_set`), otherwise the length of its ordinary encoding. Content is
-# always encoded as ordinary text (Exercise 6). Return the total number of tokens.
+# `{"role": ..., "content": ...}` messages. The rules:
+#
+# 1. Encode the chat piece by piece, never as one rendered string, in this order: for each
+#    message its role marker `<|role|>`, its content, then `<|end|>`; finally the generation
+#    prompt `<|assistant|>` (so an empty chat costs just that marker).
+# 2. A marker costs one token if it is one of `enc`'s special tokens
+#    (`marker in enc.special_tokens_set`), otherwise the length of its ordinary encoding.
+# 3. Content is untrusted user text: always encode it as ordinary text, so a special-token
+#    string typed inside it (`<|endoftext|>`, `<|end|>`) is counted as the ordinary tokens that
+#    spell it, never as a special ID, and never raises.
+# 4. Content that is not a `str` raises `TypeError` (do not convert it with `str()`).
+#
+# Return the total number of tokens. The visible checks run under `cl100k_base`, `o200k_base`
+# and a copy of `cl100k_base` that has the course's markers as special tokens. Hints:
+# `hint("chat_token_count")`.
 
 # %% [solution] chat_token_count
 def chat_token_count(messages, enc):
@@ -378,13 +413,16 @@ def chat_token_count(messages, enc):
 
     total = 0
     for message in messages:
+        content = message["content"]
+        if not isinstance(content, str):
+            raise TypeError(f"content must be str, got {type(content).__name__}")
         total += marker_cost(f"<|{message['role']}|>")
-        total += len(enc.encode_ordinary(message["content"]))
+        total += len(enc.encode_ordinary(content))
         total += marker_cost("<|end|>")
     return total + marker_cost("<|assistant|>")
     ### END SOLUTION
 
-# %% [tests] chat_token_count points=2
+# %% [tests] chat_token_count points=3
 check.chat_token_count(chat_token_count)
 
 # %% [markdown]
@@ -410,80 +448,185 @@ for enc in (chat_tok, cl100k, o200k):
 # per-message overhead yourself.
 
 # %% [markdown]
-# ## Measuring: what each kind of text costs
+# ## Measuring: cost per unit of meaning
 #
-# ### Exercise 8 — tokens per word
-#
-# Write `tokens_per_word(text, enc)`: the number of tokens of `text` encoded as ordinary
-# text, divided by its number of words, where words are what `text.split()` returns. Text with
-# no words raises `ValueError`.
+# To compare what languages cost, the texts must say the same thing. The course ships a small
+# parallel set: one short passage about a flood and a bakery, translated by the course into
+# nine languages (`PARALLEL_PASSAGE` in `course_lib/tokenization/samples.py`). Because the
+# meaning is fixed, the token count of each version *is* its cost per unit of meaning; the
+# last two columns relate it to English. Tokens per character and per byte are shown too,
+# because they are what a character- or byte-based length limit would assume.
 
-# %% [solution] tokens_per_word
-def tokens_per_word(text, enc):
-    ### BEGIN SOLUTION
-    words = text.split()
-    if not words:
-        raise ValueError("the text has no words")
-    return len(enc.encode_ordinary(text)) / len(words)
-    ### END SOLUTION
+# %%
+def parallel_table(texts, reference):
+    base = {enc.name: len(enc.encode_ordinary(texts[reference])) for enc in (cl100k, o200k)}
+    print(f"{'':11} {'chars':>5} {'bytes':>5} {'cl100k':>6} {'o200k':>6} {'cl/char':>7} {'cl/byte':>7} "
+          f"{'cl vs ' + reference[:3]:>9} {'o2 vs ' + reference[:3]:>9}")
+    token_counts = {}
+    for name, text in texts.items():
+        c, o = len(cl100k.encode_ordinary(text)), len(o200k.encode_ordinary(text))
+        token_counts[name] = (c, o)
+        print(f"{name:11} {len(text):>5} {len(text.encode('utf-8')):>5} {c:>6} {o:>6} {c / len(text):>7.2f} "
+              f"{c / len(text.encode('utf-8')):>7.2f} {c / base['cl100k_base']:>8.1f}x {o / base['o200k_base']:>8.1f}x")
+    return token_counts
 
-# %% [tests] tokens_per_word points=1
-check.tokens_per_word(tokens_per_word)
+passage_tokens = parallel_table(PARALLEL_PASSAGE, "English")
+
+# %%
+languages = list(PARALLEL_PASSAGE)
+x = np.arange(len(languages))
+fig, ax = plt.subplots(figsize=(10, 3.2))
+ax.bar(x - 0.2, [passage_tokens[name][0] for name in languages], 0.4, label="cl100k_base")
+ax.bar(x + 0.2, [passage_tokens[name][1] for name in languages], 0.4, label="o200k_base")
+ax.set_xticks(x, languages)
+ax.set_ylabel("tokens for the same passage")
+ax.set_title("Same meaning, very different bills")
+ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %%
+costliest = max(languages, key=lambda name: passage_tokens[name][0])
+ratio_cl = passage_tokens[costliest][0] / passage_tokens["English"][0]
+ratio_o2 = passage_tokens[costliest][1] / passage_tokens["English"][1]
+print(f"costliest under cl100k_base: {costliest}, {ratio_cl:.1f}x English; under o200k_base: {ratio_o2:.1f}x")
+for name in ("Chinese", "Japanese"):
+    print(f"{name}: text.split() finds {len(PARALLEL_PASSAGE[name].split())} 'word(s)' in the whole passage")
 
 # %% [markdown]
-# Now the measurement. The five categories below are short samples written for the course:
-# English prose, Python code, CJK (Chinese, Japanese, Korean), emoji, and adversarial text
-# (zero-width characters, homoglyphs, combining marks, whitespace runs). Each is encoded with
-# `cl100k_base`, `o200k_base` and the small course tokenizer trained above (1,024 IDs, trained
-# on generated English-like text, so expect it to be much worse outside English).
+# What the parallel set shows (numbers above):
+#
+# - Under `cl100k_base` every language costs more than English for the same meaning, and the
+#   non-Latin scripts cost roughly double or more; the costliest ratio is printed above.
+#   `o200k_base`, with twice the vocabulary and more non-English training text, narrows the
+#   gap a lot: every version of the passage comes much closer to the English count.
+# - Per character, Chinese and Japanese look the most expensive (each character carries a lot
+#   of meaning), yet for the whole passage Chinese costs fewer tokens than Russian, Arabic or
+#   Hindi. Per byte the spread narrows, because those scripts take two or three UTF-8 bytes a
+#   character. Neither unit measures meaning, which is why the comparison needs a parallel text.
+# - Tokens per *word* is meaningless here: Chinese and Japanese do not put spaces between
+#   words, so `split()` sees each whole passage as a single "word".
+#
+# Code gets the same treatment: one small function (the mean of the positive numbers in a
+# list) written in three languages:
+
+# %%
+function_tokens = parallel_table(PARALLEL_FUNCTION, "Python")
+
+# %% [markdown]
+# The larger vocabulary does not help code here: both encodings learned the same common
+# keywords and indentation runs, so the counts are close. The language's own verbosity
+# (type annotations, braces, `reduce` with a lambda) decides the bill.
+#
+# ## Five kinds of text
+#
+# The course's category samples (`CATEGORY_SAMPLES`) are *not* translations of each other, so
+# compare them only per character and per word *within* a category. They show the kinds of
+# text that cost the most: code, CJK, emoji and adversarial text, under `cl100k_base`,
+# `o200k_base` and the small course tokenizer trained above (1,024 IDs, trained on generated
+# English-like text, so expect it to be much worse outside English).
 
 # %%
 encodings = [cl100k, o200k, chat_tok]
 rows = cost_table(CATEGORY_SAMPLES, encodings)
 print(format_cost_table(rows))
-
-# %%
-categories = list(CATEGORY_SAMPLES)
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
-width = 0.27
-for k, enc in enumerate(encodings):
-    mine = [r for r in rows if r.encoding == enc.name]
-    x = np.arange(len(categories)) + (k - 1) * width
-    axes[0].bar(x, [r.tokens_per_char for r in mine], width, label=enc.name)
-    axes[1].bar(x, [r.tokens_per_word for r in mine], width, label=enc.name)
-for ax, what in zip(axes, ("tokens per character", "tokens per word (whitespace words)")):
-    ax.set_xticks(range(len(categories)), categories)
-    ax.set_ylabel(what)
-axes[0].legend()
-axes[0].set_title("Same meaning, very different bills")
-plt.tight_layout()
-plt.show()
-
-# %%
 prose = {r.encoding: r for r in rows if r.category == "prose"}
 for name, r in prose.items():
-    print(f"{name:12}: {r.words / r.tokens:.2f} words per token on the prose sample")
-by_cell = {(r.category, r.encoding): r for r in rows}
-cjk_vs_prose = by_cell["cjk", "cl100k_base"].tokens_per_char / by_cell["prose", "cl100k_base"].tokens_per_char
-print(f"cl100k_base: CJK costs {cjk_vs_prose:.1f}x more tokens per character than English prose")
+    print(f"{name:12}: {r.words / r.tokens:.2f} words per token on the English prose sample")
 
 # %% [markdown]
-# What the table shows, in numbers computed above:
-#
 # - English prose is cheap with the production encodings: a common rule of thumb is about
-#   0.75 words per token (4,000 words ≈ 5,300 tokens); the prose sample lands in that
-#   neighbourhood, and the exact figure depends on the text, so treat it as representative.
-# - Code costs more per word, because identifiers, operators and indentation all take tokens.
-# - CJK characters are often a token each, or fall back to two or three byte tokens; the larger
-#   `o200k_base` vocabulary has noticeably more of them as single tokens.
+#   0.75 words per token (4,000 words ≈ 5,300 tokens); the prose sample does a little better
+#   (printed above), and the exact figure depends on the text, so treat it as representative.
 # - Emoji with modifiers fall back to several byte tokens per visible symbol.
 # - The small course tokenizer has only the merges its training text taught it; outside that
 #   text it is close to one token per byte. Vocabulary size and training data decide cost.
 #
+# ### Activity — find the errors in a published table
+#
+# A widely shared explainer claims the four strings below are "the same 30-character string"
+# and gives token counts for an English-centric BPE vocabulary. Before running the next cell,
+# guess which claims are wrong. Then measure characters, bytes and tokens with the three
+# encodings and compare.
+
+# %%
+seed_claims = {"The quick brown fox jumps": "≈ 6", "def quicksort(arr): return arr": "≈ 10",
+               "快速排序算法": "≈ 6–10", "🚀🎉✨": "≈ 9–12"}
+print(f"{'string':32} {'claimed':>8} {'chars':>5} {'bytes':>5} {'cl100k':>6} {'o200k':>6} {'course':>6}")
+for text, claim in seed_claims.items():
+    print(f"{text:32} {claim:>8} {len(text):>5} {len(text.encode('utf-8')):>5} {len(cl100k.encode_ordinary(text)):>6} "
+          f"{len(o200k.encode_ordinary(text)):>6} {len(chat_tok.encode_ordinary(text)):>6}")
+
+# %% [markdown]
+# Questions to answer from the table: (1) are the strings the same length, in characters or in
+# bytes? (2) which counts are too high or too low for a modern production vocabulary, and
+# which fit the small course tokenizer better? (3) what does the table get right? Run the next
+# cell to compare your answers with the measured facts.
+
+# %%
+lengths = [len(text) for text in seed_claims]
+print("character lengths:", lengths, "-> all 30?", all(n == 30 for n in lengths))
+for text in seed_claims:
+    per_char = {enc.name: len(enc.encode_ordinary(text)) / len(text) for enc in encodings}
+    print(f"{text[:12]!r:16} tokens per character:", {k: round(v, 2) for k, v in per_char.items()})
+print("right shape: code, CJK and emoji cost more per character than English prose under every encoding:",
+      all(len(e.encode_ordinary(t)) / len(t) > len(e.encode_ordinary("The quick brown fox jumps")) / 25
+          for e in encodings for t in list(seed_claims)[1:]))
+
+# %% [markdown]
+# The table is wrong about its premise (the strings differ in length by a factor of ten, so
+# "the same string" compares nothing) and several of its counts are off for a given vocabulary;
+# what it gets right is the shape: code, CJK and emoji cost more per character than English.
+#
 # ## Seeing token boundaries
 #
-# Each coloured box below is one token; a character underlined in red was split over several
-# tokens (hover over it to see which):
+# A token boundary can fall *inside* a character: an emoji or a rare CJK character is several
+# UTF-8 bytes, and the vocabulary may hold only some of them together. Such a character has no
+# token of its own; the model sees byte fragments.
+#
+# ### Exercise 7 — characters that a token boundary cuts
+#
+# Write `split_characters(text, enc)` that returns which characters of `text` a tiktoken
+# encoding `enc` splits across tokens. The rules:
+#
+# 1. Encode `text` as ordinary text with `enc.encode_ordinary` (a special-token string is text
+#    here too). `enc.decode_single_token_bytes(token_id)` gives a token's bytes; the tokens'
+#    bytes follow one another, so each token ends at a byte offset of the UTF-8 text.
+# 2. A character is split when a token ends strictly inside its bytes: after its first byte
+#    and before its last. A token ending exactly where a character ends does not split it
+#    (so ASCII text has no split characters).
+# 3. Return a list of character indices (positions in the `str`, as `enumerate(text)` numbers
+#    them, not byte offsets), in increasing order, each split character once even when it is
+#    cut in several places. No split characters: an empty list.
+# 4. `text` that is not a `str` raises `TypeError`.
+#
+# Hints: `hint("split_characters")`.
+
+# %% [solution] split_characters
+def split_characters(text, enc):
+    ### BEGIN SOLUTION
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    token_ends, offset = set(), 0
+    for token_id in enc.encode_ordinary(text):
+        offset += len(enc.decode_single_token_bytes(token_id))
+        token_ends.add(offset)
+    split, start = [], 0
+    for index, char in enumerate(text):
+        end = start + len(char.encode("utf-8"))
+        if any(boundary in token_ends for boundary in range(start + 1, end)):
+            split.append(index)
+        start = end
+    return split
+    ### END SOLUTION
+
+# %% [tests] split_characters points=2
+check.split_characters(split_characters)
+
+# %% [markdown]
+# The course's `token_boundaries_html` draws the same thing: each coloured box is one token,
+# and a character underlined in red is one your function reports as split (hover over it to
+# see which tokens share it):
 
 # %%
 for text in ("Tokenization isn't free: 1234567 tokens cost $0.42.",
@@ -494,6 +637,63 @@ for text in ("Tokenization isn't free: 1234567 tokens cost $0.42.",
 display(HTML(token_boundaries_html("東京の天気は今日とても良いです。👨‍👩‍👧‍👦", o200k)))
 
 # %% [markdown]
+# ## Why models miscount letters and fumble long arithmetic
+#
+# The model never sees letters or digits, only token IDs. Ask it how many r's are in
+# "strawberry" and the question arrives as a few IDs whose spelling the model has to have
+# memorised; with a leading space the whole word is a single ID in both encodings. Numbers
+# are cut into groups of up to three digits from the left, so the same place value lands in
+# different positions of different tokens depending on the number's length:
+
+# %%
+def token_texts(text, enc):
+    return [enc.decode_single_token_bytes(i).decode("utf-8", "replace") for i in enc.encode_ordinary(text)]
+
+for text in ("strawberry", " strawberry", " STRAWBERRY"):
+    print(f"{text!r:14} cl100k {token_texts(text, cl100k)}  o200k {token_texts(text, o200k)}")
+print("letters r in 'strawberry':", "strawberry".count("r"))
+for text in ("12345 + 67890 = 80235", "1234567", "7654321 - 1234"):
+    print(f"{text!r:24} -> {token_texts(text, cl100k)}")
+
+# %% [markdown]
+# In `12345` the token `45` holds the tens and units; in `1234567` the lone `7` is the units
+# and `456` holds thousands to tens. To add two numbers digit by digit, the model must first
+# work out where each place value sits inside tokens whose boundaries depend on the length.
+# Fixes people use: ask for the word spelled out or the digits separated (each becomes its own
+# token), call a tool for arithmetic, or train with digit-level tokens (Llama's SentencePiece
+# setup splits numbers into single digits).
+#
+# ## The vocabulary-size trade-off
+#
+# A bigger vocabulary turns the same text into fewer tokens: shorter sequences mean less
+# attention work, a smaller KV cache, more text per context window and smaller bills. The
+# price is paid in the model: the embedding matrix (one row per ID) and the output matrix that
+# turns the last hidden state into logits (one column per ID) both grow with the vocabulary,
+# every decode step computes a logit for every ID, and rare tokens see few training examples.
+# At a stated model width of 4,096 (typical of 7–8B models):
+
+# %%
+d_model = 4096
+all_texts = list(PARALLEL_PASSAGE.values()) + list(PARALLEL_FUNCTION.values()) + list(CATEGORY_SAMPLES.values())
+tokens_by_encoding = {}
+for enc in (cl100k, o200k):
+    tokens_by_encoding[enc.name] = sum(len(enc.encode_ordinary(t)) for t in all_texts)
+    matrix = enc.n_vocab * d_model
+    print(f"{enc.name}: {enc.n_vocab:,} IDs, {tokens_by_encoding[enc.name]:,} tokens for the course's texts, "
+          f"embedding {matrix / 1e6:,.0f} M parameters ({2 * matrix / 1e6:,.0f} M with an untied output matrix, "
+          f"{2 * matrix * 2 / 2**30:.2f} GiB in fp16)")
+saved = 1 - tokens_by_encoding["o200k_base"] / tokens_by_encoding["cl100k_base"]
+grown = o200k.n_vocab / cl100k.n_vocab
+print(f"o200k_base: {saved:.0%} fewer tokens for {grown:.2f}x the vocabulary matrices; "
+      f"untied, they are {2 * o200k.n_vocab * d_model / 8e9:.0%} of an 8B-parameter model")
+
+# %% [markdown]
+# The saving depends on the text: the English passage and the English prose sample cost the
+# same in both encodings, while the non-English passages shrink a lot (compare the parallel
+# table above), and the vocabulary matrices grow in proportion to the number of IDs. Larger
+# models spend a smaller share of their parameters on those matrices, which is one reason
+# vocabularies have grown along with models and with multilingual training.
+#
 # ## Adversarial strings
 #
 # Some strings are built, on purpose or by accident, to cost far more tokens than they seem
@@ -516,17 +716,21 @@ for kind, text in adversarial.items():
     shown = text if len(text) <= 18 else text[:15] + "..."
     print(f"{kind:24} {shown:18} {len(text):>6} {len(text.encode('utf-8')):>6} "
           f"{len(cl100k.encode(text)):>7} {len(o200k.encode(text)):>6}")
+for kind in ("40 spaces", "mixed whitespace"):
+    text = adversarial[kind]
+    print(f"{kind}: " + ", ".join(f"{enc.name} {len(enc.encode(text)) / len(text):.2f} tokens per character"
+                                  for enc in (cl100k, o200k)))
 
 # %% [markdown]
 # The homoglyph version of "PayPal account" looks identical to the plain one and costs several
-# times the tokens; so do the invisible joiners. Whitespace cuts both ways: a plain run of
-# spaces is cheap (the vocabularies hold tokens for long space runs, common in code), while
-# the same width made of alternating spaces, no-break spaces and tabs costs a token or more per
-# character. A length limit written in characters lets
-# through text that costs far more tokens than the limit suggests, and a filter that searches
-# for a word misses the look-alike. Count, limit and filter with the real tokenizer, and
-# normalise text (for example Unicode NFKC, and stripping zero-width characters) before
-# comparing it against block lists.
+# times the tokens under `cl100k_base`; so do the invisible joiners. Whitespace cuts both ways:
+# a plain run of spaces is cheap (the vocabularies hold tokens for long space runs, common in
+# code), while the same width made of alternating spaces, no-break spaces and tabs costs many
+# times as many tokens as the plain run, though still well under one token per character
+# (both ratios are printed above). A length limit written in characters lets through text that
+# costs more tokens than the limit suggests, and a filter that searches for a word misses the
+# look-alike. Count, limit and filter with the real tokenizer, and normalise text (for example
+# Unicode NFKC, and stripping zero-width characters) before comparing it against block lists.
 
 # %% [markdown]
 # ## Interview probes
@@ -534,8 +738,8 @@ for kind, text in adversarial.items():
 # **"How many tokens is this text?"**
 # - *Strong:* it depends on the tokenizer, so name it (for example `cl100k_base` vs
 #   `o200k_base`) and count with it; add the chat template's overhead per message; English prose
-#   runs near 0.75 words per token, but code, CJK, emoji and adversarial text can cost several
-#   times more per unit of meaning, and invisible characters inflate counts.
+#   runs near 0.75 words per token, but other languages, code, emoji and adversarial text cost
+#   more per unit of meaning (measure on a parallel text), and invisible characters inflate counts.
 # - *Weak:* "about four characters per token", applied to every language and every model.
 #
 # **"A user typed `<|endoftext|>` into the chat. What happens?"**
@@ -551,12 +755,40 @@ for kind, text in adversarial.items():
 #   tokens, especially outside English), different split patterns, and different chat templates.
 # - *Weak:* "the prices are different" (true, but the token counts differ too).
 #
+# **"Why can't a model reliably count the r's in 'strawberry' or add two long numbers?"**
+# - *Strong:* the model sees token IDs, not letters: the word is one or a few tokens (the
+#   cell above shows them), so its spelling is only implicit; numbers are cut into groups of up
+#   to three digits from the left, so place values sit at positions that depend on the
+#   number's length. Workarounds: spell out or separate the digits, use a calculator tool,
+#   digit-level tokenization.
+# - *Weak:* "models are bad at maths", with no mention of what the model actually receives.
+#
+# **"Why not use a much bigger vocabulary?"**
+# - *Strong:* it shortens sequences (the measurement above shows the saving from
+#   `cl100k_base` to `o200k_base`, largest outside English), but the embedding and output
+#   matrices grow in proportion to the number of IDs (computed above at width 4,096), every
+#   step computes more logits, and rare tokens are undertrained; the right size grows with
+#   the model and the languages it serves.
+# - *Weak:* "bigger is always better", or "vocabulary size does not matter".
+
+# %% [markdown]
 # ## Recap
 # - Byte-level BPE = split pattern + 256 byte tokens + an ordered merge table (+ special tokens).
 # - Training merges the most frequent pair again and again; encoding replays the merges in
 #   order; decoding joins bytes and decodes UTF-8 with replacement.
 # - The from-scratch encoder matches tiktoken exactly once the rank file's merges and byte
-#   order are recovered.
+#   order are recovered (with one known Unicode-version difference on an odd code point).
 # - Special-token strings in user text are ordinary text; only the template emits special IDs.
-# - Count tokens with the target model's tokenizer and template: code, CJK, emoji and
-#   adversarial text cost far more than prose.
+# - Measure cost per unit of meaning on a parallel text: other languages, code, emoji and
+#   adversarial text cost more than English prose, and a bigger vocabulary narrows the gap at
+#   the price of bigger embedding and output matrices.
+# - Models see tokens, not letters or digits: that is where letter-counting and arithmetic
+#   slips come from.
+#
+# **Self-check:**
+# 1. Why does training need a fixed tie-break rule, and which pair wins a tie in this course?
+# 2. Why must encoding apply merges in the order they were learned rather than by frequency?
+# 3. What goes wrong if a chat server encodes user content with `allowed_special="all"`?
+# 4. Why is tokens per word a poor measure for Chinese, and what should you measure instead?
+# 5. How can a token boundary fall inside a character, and what does the model see then?
+# 6. What does a larger vocabulary save, and what does it cost?
