@@ -10,7 +10,16 @@
 #   say exactly what each does to a distribution, edge cases included;
 # - detect stop strings that arrive split across tokens, and cap the length;
 # - build a seeded sampler and say what a seed does, and does not, make repeatable;
-# - read the "2 + 2" trace on the course model: what temperature changes and what it cannot.
+# - write the whole generate loop yourself, from your own processors, sampler and stop check,
+#   and get the same tokens as a reference loop on the course model;
+# - read the "2 + 2" trace on the course model: what temperature changes and what it cannot;
+# - say what beam search is and why chat serving rarely uses it.
+#
+# **Prerequisites:** notebook 00 (logits, softmax with temperature, the request's stages) and
+# notebook 01 (tokens and the chat template); notebooks 02 and 03 help but are not needed.
+# You should be comfortable with PyTorch tensors, `dim=-1` and boolean masks.
+#
+# **Time:** about 175 minutes (a first careful pass with all eight exercises).
 
 # %% [setup]
 import math
@@ -20,6 +29,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_lib.checks import sampling as check
+from course_lib.checks.hints import Hints
 from course_lib.model import load_model, load_tokenizer, prefill
 from course_lib.sampling import (
     SamplingParams,
@@ -31,6 +41,8 @@ from course_lib.sampling import (
     sample_next_token,
 )
 from course_lib.tokenization.chat_template import render_chat
+
+hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
 # ## A real next-token distribution
@@ -79,6 +91,8 @@ show_top(logits, title="tinychat: first answer token for 'What is 2 + 2?'")
 # - `temperature == 0`: in each row, the first maximal logit (the one `torch.argmax` picks)
 #   keeps its value and every other entry becomes `-inf`;
 # - a negative temperature raises `ValueError`.
+#
+# Stuck? `hint("apply_temperature")` shows a hint; run it again for the next one.
 
 # %% [solution] apply_temperature
 def apply_temperature(logits, temperature):
@@ -124,6 +138,8 @@ for T in (0.5, 1.0, 2.0):
 # logit that is greater than or equal to the row's k-th largest value (so ties with the
 # k-th are kept) and set the rest to `-inf`. `k == 0` or `k >= V` keeps everything; a
 # negative `k` raises `ValueError`. Kept logits are returned unchanged.
+#
+# Stuck? `hint("top_k_filter")` shows a hint; run it again for the next one.
 
 # %% [solution] top_k_filter
 def top_k_filter(logits, k):
@@ -155,6 +171,8 @@ check.top_k_filter(top_k_filter)
 #
 # `p` must satisfy `0 < p <= 1` (otherwise `ValueError`); `p == 1` keeps everything.
 # A `-inf` logit has probability 0 and stays `-inf`.
+#
+# Stuck? `hint("top_p_filter")` shows a hint; run it again for the next one.
 
 # %% [solution] top_p_filter
 def top_p_filter(logits, p):
@@ -196,6 +214,8 @@ show_top(sure_logits, title="tinychat: the token after 'The answer is '")
 # probability is at least `min_p` times the row's largest probability, set the rest to
 # `-inf` (kept logits unchanged). `min_p` must be in `[0, 1]` (otherwise `ValueError`);
 # 0 keeps everything.
+#
+# Stuck? `hint("min_p_filter")` shows a hint; run it again for the next one.
 
 # %% [solution] min_p_filter
 def min_p_filter(logits, min_p):
@@ -231,6 +251,8 @@ check.min_p_filter(min_p_filter)
 # IDs. Apply the repetition penalty first (to every token that occurs in `generated_ids`),
 # then subtract the frequency and presence penalties. Return a new tensor.
 # `repetition_penalty <= 0` raises `ValueError`; tokens that never occurred are unchanged.
+#
+# Stuck? `hint("apply_penalties")` shows a hint; run it again for the next one.
 
 # %% [solution] apply_penalties
 def apply_penalties(logits, generated_ids, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0):
@@ -284,9 +306,11 @@ for step, token in enumerate(answer):
         print(f"step {step}: repeats {tokenizer.decode([token])!r}, leads {runner_up!r} by {lead:.1f} logits")
 
 # %% [markdown]
-# OpenAI's additive penalties are capped at 2 (plus 2 per earlier repeat for the frequency
-# penalty), so on a confident model they change little; they matter where the top candidates
-# are close, which is exactly where sampling happens. The repetition penalty is
+# OpenAI's API accepts frequency and presence penalties between -2 and 2. At the largest
+# setting, a token that has appeared loses 2 logits to the presence penalty, and the
+# frequency penalty takes another 2 for every time it appeared. A lead like the ones printed
+# above survives a first repeat, so on a confident model these penalties change little; they
+# matter where the top candidates are close, which is exactly where sampling happens. The repetition penalty is
 # multiplicative and, in Hugging Face's convention, also counts the prompt's tokens: a strong
 # one pushes the model away from restating the question, even when restating it is the
 # right thing to do. No penalty can tell a tiresome repeat from a necessary one, such as the
@@ -295,8 +319,10 @@ for step, token in enumerate(answer):
 # %% [markdown]
 # ## Stopping
 #
-# Generation ends on the first of: the model's end token (`<|end|>` here; finish reason
-# `"eos"`), a caller's stop string (`"stop"`), or the token cap (`"length"`). Stop strings
+# Generation ends on the first of: the model's end token (`<|end|>` here), a caller's stop
+# string, or the token cap. Chat APIs report which, and this course uses OpenAI's names
+# throughout: finish reason `"stop"` for the end token or a stop string, `"length"` for the
+# cap. Stop strings
 # are matched in the *text*, because tokens do not line up with them: `"\nUser:"` can arrive
 # as `"\n"`, `"User"`, `":"`. A streaming server must also hold back any tail of the text
 # that could still grow into a stop string, or it would show the start of one and then have
@@ -316,6 +342,8 @@ print(pieces)
 # any of the stop strings, return the text before the earliest occurrence (the smallest start
 # index over all stops present) and `True`, without reading further pieces. If the pieces
 # run out first, return the whole text and `False`.
+#
+# Stuck? `hint("stop_at")` shows a hint; run it again for the next one.
 
 # %% [solution] stop_at
 def stop_at(pieces, stops):
@@ -351,16 +379,28 @@ print(repr(result.text), result.finish_reason)
 # inverse-CDF sampling: draw one uniform number $u \in [0, 1)$, walk the cumulative
 # probabilities, and return the first token whose cumulative probability exceeds $u$.
 #
+# A seed only replays a generation if every implementation turns the same random numbers
+# into the same tokens. Many correct samplers exist (`torch.multinomial` is one), and each
+# consumes the random stream in its own way, so the same seed gives different tokens in
+# each. This course fixes one rule, the one `course_lib`, your generate loop below and the
+# grader all follow: **one uniform number per sampled token, turned into a token by inverse
+# CDF.** One number per step also keeps later steps in step: a sampler that drew two would
+# shift every draw after it.
+#
 # ### Exercise 7 — a seeded sampler
 #
-# Write `sample_token(probs, generator)` for a 1-D tensor of non-negative probabilities:
+# Write `sample_token(probs, generator)` for a 1-D tensor of non-negative weights (they need
+# not sum to 1) and a `torch.Generator`. Each call:
 #
-# - draw exactly one number per call: `u = torch.rand((), generator=generator,
-#   dtype=torch.float64).item()`;
-# - compute the cumulative sums of `probs` in float64, and let `total` be the last one;
-# - return, as a Python `int`, the smallest index whose cumulative sum is greater than
-#   `u * total` (scaling by the total copes with probabilities that do not sum to exactly 1,
-#   and a token of probability 0 can then never be chosen).
+# - takes exactly one uniform number $u \in [0, 1)$ from `generator`, drawn as a float64
+#   (a generator's float32 and float64 streams differ), and no other random number from
+#   anywhere;
+# - returns, as a Python `int`, the smallest index whose cumulative sum of the weights
+#   (computed in float64) is greater than $u \times$ total, where total is the sum of all the
+#   weights. Scaling by the total copes with weights that do not add up to exactly 1, and a
+#   token of weight 0 can then never be chosen.
+#
+# Stuck? `hint("sample_token")` shows a hint; run it again for the next one.
 
 # %% [solution] sample_token
 def sample_token(probs, generator):
@@ -391,15 +431,88 @@ wrong = next_token_probs(logits, SamplingParams(temperature=1.0, top_k=20)).doub
 print(f"against the T = 1.0 distribution instead: p-value = {chi_square_gof(counts, wrong).p_value:.2g}")
 
 # %% [markdown]
+# ## The whole loop, from your own parts
+#
+# You now have every piece a generate loop needs: processors that reshape the logits, a
+# sampler that turns them into a token, and a stop check. Put them together and run them on
+# the course model.
+#
+# ### Exercise 8 — the generate loop
+#
+# Write `generate_text(model, prompt_ids, *, tokenizer, max_new_tokens, temperature=1.0,
+# top_k=0, top_p=1.0, seed=0, stop=())` that returns `(token_ids, text, finish_reason)`.
+# Build one generator at the start of the call, `torch.Generator().manual_seed(seed)`, and
+# then, for at most `max_new_tokens` steps:
+#
+# 1. the next token's logits are the model's output at the last position for the prompt
+#    plus everything generated so far, `model(torch.tensor([ids]))[0, -1]`, computed without
+#    gradients (`torch.no_grad()` or `torch.inference_mode()`); recomputing everything each
+#    step is slow but simple, and notebook 03's cache would give the same tokens;
+# 2. apply, in this order, your `apply_temperature`, `top_k_filter` and `top_p_filter`,
+#    take `torch.softmax(..., dim=-1)` of the result and pick the token with your
+#    `sample_token` and that one generator (at temperature 0 only the argmax is left, so the
+#    sampler returns it);
+# 3. append the token to `token_ids`. If it is the end token (`<|end|>`, whose ID is
+#    `tokenizer.encode("<|end|>", allowed_special="all")[0]`), stop with finish reason
+#    `"stop"`; the end token stays in `token_ids` (it was generated and is billed) but not
+#    in `text`;
+# 4. otherwise let the text be `tokenizer.decode(token_ids)`; if it contains any of the
+#    `stop` strings, cut it before the earliest one (your `stop_at` does that) and stop with
+#    finish reason `"stop"`;
+# 5. if `max_new_tokens` tokens came without a stop, finish with `"length"` and the whole text.
+#
+# `token_ids` is a list of Python ints (the new tokens only, not the prompt). The grader runs
+# your loop on tinychat and compares it with its own loop on its own copy of the model:
+# greedy answers must match exactly, and, because you follow the one-uniform-per-step rule,
+# seeded sampled answers must match token for token too. Stuck? `hint("generate_text")`.
+
+# %% [solution] generate_text
+def generate_text(model, prompt_ids, *, tokenizer, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
+                  stop=()):
+    ### BEGIN SOLUTION
+    end_id = tokenizer.encode("<|end|>", allowed_special="all")[0]
+    generator = torch.Generator().manual_seed(seed)
+    ids, token_ids = list(prompt_ids), []
+    for _ in range(max_new_tokens):
+        with torch.inference_mode():  # no gradients needed
+            logits = model(torch.tensor([ids]))[0, -1]  # (V,)
+        logits = top_p_filter(top_k_filter(apply_temperature(logits, temperature), top_k), top_p)
+        token = sample_token(torch.softmax(logits, dim=-1), generator)
+        ids.append(token)
+        token_ids.append(token)
+        if token == end_id:
+            return token_ids, tokenizer.decode(token_ids[:-1]), "stop"
+        text, stopped = stop_at([tokenizer.decode(token_ids)], stop)
+        if stopped:
+            return token_ids, text, "stop"
+    return token_ids, tokenizer.decode(token_ids), "length"
+    ### END SOLUTION
+
+# %% [tests] generate_text points=4
+check.generate_text(generate_text)
+
+# %% [markdown]
+# Your loop, on the question of this notebook, greedy and then sampled:
+
+# %%
+for knobs in (dict(temperature=0), dict(temperature=1.0, seed=0), dict(temperature=2.0, top_p=0.5, seed=0)):
+    ids, text, reason = generate_text(model, prompt_ids, tokenizer=tokenizer, max_new_tokens=16, **knobs)
+    print(f"{str(knobs):<48} {len(ids):>2} tokens, {reason!r:>8}: {text!r}")
+
+# %% [markdown]
 # ## The "2 + 2" trace
 #
-# Now the whole loop, on the course model, with three decoding rules: greedy, a moderate
-# temperature with top-p, and a high temperature. Several samples each:
+# Now the library's loop, on the course model, with five decoding rules: greedy; the seed
+# material's two temperatures, 0.7 and 1.5, alone; a moderate temperature with top-p, a
+# common chat default; and a temperature high enough, 2.5, that the tail of the
+# distribution shows. Several samples each:
 
 # %%
 settings = {
     "greedy (T = 0)": SamplingParams(temperature=0, max_new_tokens=16),
+    "T = 0.7": SamplingParams(temperature=0.7, max_new_tokens=16),
     "T = 0.8, top-p 0.9": SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=16),
+    "T = 1.5": SamplingParams(temperature=1.5, max_new_tokens=16),
     "T = 2.5": SamplingParams(temperature=2.5, max_new_tokens=16),
 }
 for name, params in settings.items():
@@ -434,7 +547,7 @@ def answer_value(text):
             return SMALL.index(word)
     return None
 
-n_samples = 300
+n_samples = 200
 answer_counts = {}
 for name, params in settings.items():
     results = generate_many(model, tokenizer, prompt, params, n_samples, generator=torch.Generator().manual_seed(1))
@@ -444,7 +557,7 @@ for name, params in settings.items():
     print(f"{name:<20} {wordings:>3} distinct wordings; answers -> {top}")
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), sharey=True)
+fig, axes = plt.subplots(1, len(answer_counts), figsize=(13, 2.8), sharey=True)
 for ax, (name, rows) in zip(axes, answer_counts.items()):
     rows = rows[:8]
     ax.bar([str(value) for value, _, _ in rows], [share for _, _, share in rows])
@@ -455,15 +568,16 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Greedy returns the same answer every time. A moderate temperature with top-p varies how the
-# answer is phrased far more than what it says. At a high temperature, wrong numbers and
-# broken text appear: the tail of the distribution gets sampled. Temperature widens the set
+# Greedy returns the same answer every time here (one model, one input, one batch shape).
+# Low and moderate temperatures vary how the answer is phrased far more than what it says.
+# As the temperature rises, compare the share of 4 across the five panels: wrong numbers and
+# broken text appear as the tail of the distribution gets sampled. Temperature widens the set
 # of candidates the sampler may pick; it does not make any candidate more true.
 #
 # ## What a seed fixes, and what it does not
 #
 # A seed fixes the sampler's stream of random numbers. Same model, same input, same
-# parameters, same seed: same output.
+# parameters, same seed, same batch shape and hardware: same output.
 
 # %%
 params = SamplingParams(temperature=1.5, max_new_tokens=16)
@@ -472,9 +586,14 @@ for seed in (3, 3, 4, 4):
     print(f"seed {seed}: {result.text!r}")
 
 # %% [markdown]
-# But a serving system batches your request with other people's, and the rows of a batch
-# share one random stream. Draw twelve first tokens from the real distribution at $T = 1$,
-# once alone and once as row 0 of a batch of 8, from the same seed:
+# A serving system batches your request with other people's, and how the rows of a batch
+# get their random numbers is a design choice. Systems that honour a per-request seed (vLLM
+# is one) give each request its own generator, seeded from that request's seed, so a
+# request's draws do not depend on its neighbours. The simpler design, one stream shared by
+# the whole batch, is what `generate_many` does here; it shows what goes wrong without
+# per-request generators. Draw twelve first tokens from the real distribution at $T = 1$,
+# alone, as row 0 of a batch of 8 sharing one stream, and as row 0 of a batch of 8 where
+# each row has its own generator:
 
 # %%
 params = SamplingParams(temperature=1.0)
@@ -482,14 +601,24 @@ alone_gen, batch_gen = torch.Generator().manual_seed(7), torch.Generator().manua
 alone = [tokenizer.decode([int(sample_next_token(logits, params, alone_gen))]) for _ in range(12)]
 in_batch = [tokenizer.decode([int(sample_next_token(logits.expand(8, -1), params, batch_gen)[0])])
             for _ in range(12)]
-print("alone:     ", alone)
-print("row 0 of 8:", in_batch)
+# One generator per request: row 0 is seeded with 7, its neighbours with seeds of their own.
+request_gens = [torch.Generator().manual_seed(seed) for seed in (7, 101, 102, 103, 104, 105, 106, 107)]
+per_request = []
+for _ in range(12):
+    step = [tokenizer.decode([int(sample_next_token(logits, params, g))]) for g in request_gens]  # one draw per row
+    per_request.append(step[0])
+print("alone:                   ", alone)
+print("row 0 of 8, shared stream:", in_batch)
+print("row 0 of 8, own generator:", per_request)
+print("own generator matches alone:", per_request == alone)
 
 # %% [markdown]
-# The first draw agrees (both take the stream's first number); after that, row 0 gets every
-# eighth number instead of every one. In whole generations the same happens wherever the
-# model is unsure. Over twenty seeds at $T = 1.5$, how often does the answer change when the
-# request runs as row 0 of a batch of 8 instead of alone?
+# With a shared stream, the first draw agrees (both take the stream's first number); after
+# that, row 0 gets every eighth number instead of every one. With its own generator, row 0
+# draws exactly what it drew alone, whatever its neighbours do. In whole generations the
+# shared stream bites wherever the model is unsure. Over twenty seeds at $T = 1.5$, how often
+# does the answer change when the request runs as row 0 of a shared-stream batch of 8 instead
+# of alone?
 
 # %%
 params = SamplingParams(temperature=1.5, max_new_tokens=16)
@@ -498,10 +627,11 @@ for seed in range(20):
     one = generate(model, tokenizer, prompt, params, generator=torch.Generator().manual_seed(seed))
     row0 = generate_many(model, tokenizer, prompt, params, 8, generator=torch.Generator().manual_seed(seed))[0]
     changed += one.token_ids != row0.token_ids
-print(f"{changed} of 20 seeds gave a different answer in the batch")
+print(f"{changed} of 20 seeds gave a different answer in the shared-stream batch")
 
 # %% [markdown]
-# Even the logits are not guaranteed bit-identical across batch shapes: floating-point
+# Per-request generators fix the random numbers, not the logits. The logits are not
+# guaranteed bit-identical across batch shapes: floating-point
 # addition is not associative, and kernels choose different summation orders for different
 # shapes and hardware.
 
@@ -565,6 +695,67 @@ if widgets is not None:
     ))
 
 # %% [markdown]
+# ## Beam search, and why chat rarely uses it
+#
+# Greedy decoding picks the best *token* at each step, which need not give the most likely
+# *answer*. Beam search keeps the `width` best partial answers, scored by their summed
+# log-probability; at each step it extends every one of them by every token and keeps the
+# `width` best of all those candidates. A small version on tinychat (no length penalty):
+
+# %%
+END = tokenizer.special_tokens["<|end|>"]  # the end-of-turn token's ID
+
+def beam_search(prompt_ids, width=4, steps=10):
+    """The `width` best continuations by summed log-probability, best first."""
+    beams = [([], 0.0)]  # (new tokens, summed log-probability)
+    for _ in range(steps):
+        candidates = []
+        for tokens, score in beams:
+            if tokens and tokens[-1] == END:
+                candidates.append((tokens, score))  # a finished answer stops collecting log-probabilities
+                continue
+            with torch.no_grad():
+                logprobs = torch.log_softmax(model(torch.tensor([prompt_ids + tokens]))[0, -1].float(), -1)  # (V,)
+            best = logprobs.topk(width)
+            candidates += [(tokens + [int(i)], score + float(v)) for v, i in zip(best.values, best.indices)]
+        beams = sorted(candidates, key=lambda beam: beam[1], reverse=True)[:width]
+    return beams
+
+for tokens, score in beam_search(list(prompt_ids)):
+    finished = "finished" if tokens[-1] == END else "open"
+    print(f"log-probability {score:6.2f} ({finished}, {len(tokens)} tokens): {tokenizer.decode([t for t in tokens if t != END])!r}")
+
+# %% [markdown]
+# Every token adds a negative log-probability, so a finished answer stops losing score while
+# longer ones keep paying: beam search favours short answers, and implementations divide the
+# score by a power of the length to compensate. For open-ended text, the most likely sequence
+# is also the dull one: bland, generic and prone to repeating itself. And it is expensive:
+# every beam is a sequence with its own KV cache and its own row in each decode step. For
+# tinychat, with 100 answer tokens after this prompt:
+
+# %%
+cfg = model.config
+bytes_per_value = next(model.parameters()).element_size()
+kv_bytes_per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * bytes_per_value  # K and V, every layer
+answer_tokens = 100
+print(f"KV cache per token: {kv_bytes_per_token} bytes")
+for width in (1, 4):
+    copied = width * (len(prompt_ids) + answer_tokens) * kv_bytes_per_token
+    shared = (len(prompt_ids) + width * answer_tokens) * kv_bytes_per_token
+    print(f"beam width {width}: {copied / 1024:5.1f} KiB with a prompt copy per beam, {shared / 1024:5.1f} KiB "
+          f"if the beams share the prompt's cache; {width} row(s) of decode work per step")
+    if width == 1:
+        one_copied, one_shared = copied, shared
+print(f"width 4 over width 1: {copied / one_copied:.1f}x with prompt copies, {shared / one_shared:.1f}x with a shared prompt")
+
+# %% [markdown]
+# So a width-4 beam costs close to four requests' worth of cache and decode compute, which
+# means fewer requests fit in a batch, and its final answer is only known once the beams
+# settle, which fights streaming. Chat serving samples instead. Beam search stays where
+# there is one right answer and the most likely sequence is the goal: machine translation,
+# speech recognition, short constrained outputs such as a label or a query.
+
+# %% [markdown]
 # ## Interview probes
 #
 # **"Your eval dropped 2% after a redeploy. Is it the model?"**
@@ -583,10 +774,38 @@ if widgets is not None:
 #   higher temperature does not sample garbage.
 # - *Weak:* "they both make it more creative".
 #
+# **"Why don't chat APIs use beam search?"**
+# - *Strong:* beam search looks for the most likely whole sequence, and for open-ended text
+#   that sequence is short (summed log-probabilities favour it; length penalties are a patch)
+#   and bland. It multiplies the KV cache and the decode work per request by the beam width
+#   (the ratios printed above, up to four times for width 4), so fewer requests fit in a batch, and
+#   the answer cannot be streamed until the beams settle. Sampling with temperature and top-p
+#   gives varied, natural text at the cost of one sequence. Beam search remains in
+#   translation, speech recognition and short constrained outputs.
+# - *Weak:* "beam search is always better, it searches more".
+#
 # ## Recap
-# - Greedy (T = 0) is argmax: repeatable for a fixed model and input, not more correct.
+# - Greedy (T = 0) is argmax: repeatable only for a fixed model, input and batch shape (the
+#   logits moved with the batch shape above), and not more correct.
 # - Temperature rescales logits; top-k, top-p and min-p truncate the tail; penalties push
 #   down repeats (subtractive frequency/presence, multiplicative repetition).
 # - Stop strings are matched in the decoded text, across token boundaries, and trimmed.
-# - A seed fixes the sampler's random stream only; batching, kernels and revisions still move
-#   outputs. Compare distributions with repeated trials.
+# - A seed fixes the sampler's random stream only; serving systems give each request its own
+#   seeded generator, and batch shape, kernels and revisions still move the logits. Compare
+#   distributions with repeated trials.
+# - The generate loop is those parts in order: logits of the last position, processors,
+#   softmax, one seeded draw, then the end token, stop strings and the cap, reported as
+#   `"stop"` or `"length"`.
+# - Beam search keeps the k best partial answers; chat serving rarely uses it (k times the
+#   KV cache and compute, bland and short answers), translation and constrained tasks still do.
+#
+# **Self-check:**
+# 1. At $T = 0$, what does your `apply_temperature` return, and why is that not "a very small $T$"?
+# 2. With probabilities 0.5, 0.3, 0.15, 0.05, which tokens does top-p keep at $p = 0.6$, and
+#    which does min-p keep at 0.25?
+# 3. Why must a stop string be searched for in the accumulated text rather than in each token?
+# 4. Two implementations sample from the same distribution with the same seed and get
+#    different tokens. Is one of them wrong? What rule makes them agree?
+# 5. Name three things that can change a seeded, greedy answer between two runs.
+# 6. How much more KV-cache memory does beam width 4 need than width 1, and why do chat APIs
+#    sample instead?

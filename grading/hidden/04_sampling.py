@@ -5,7 +5,9 @@ float32 values sent to the learner; torch is used only to build the tensors that
 for the seeded sampler, as the oracle of the uniform stream a seeded ``torch.Generator``
 yields. The learner's functions are reached only through ``learner.function`` and
 ``learner.script`` (for a generator built in the learner's kernel from a seed we send, and
-for iterating pieces as a stream), which send and return plain data.
+for iterating pieces as a stream, and for running the generate loop on tinychat loaded in the
+learner's kernel), which send and return plain data. The generate loop is compared with the
+grader's own loop below, on its own copy of the shipped model.
 """
 import math
 import random
@@ -26,6 +28,9 @@ REFERENCES = (
     "course_lib.sampling.stops.trim_at_stop",
     "course_lib.sampling.stops.StopSequenceMatcher",
     "course_lib.sampling.stops.stream_until_stop",
+    "course_lib.sampling.sampler.sample_next_token",
+    "course_lib.sampling.generate.generate",
+    "course_lib.sampling.generate.generate_many",
 )
 NEG_INF = float("-inf")
 
@@ -484,3 +489,95 @@ def sample_token(learner, check):
                lambda: counts(torch.tensor(target), 321, 4000),
                lambda observed: len(observed) == 4 and sum(observed) == 4000 and chi_square(observed) <= 21.108,
                "the draws' frequencies do not match the probabilities")
+
+
+# -- exercise 8 -------------------------------------------------------------------------------
+# The learner's loop runs in their kernel on tinychat loaded there; the grader's own loop runs
+# here on its own copy of the shipped model (course_lib supplies the model, never the loop).
+GENERATE_SCRIPT = """
+def _generate_on_tinychat(question, knobs):
+    if "_TINYCHAT_FOR_GRADING" not in globals():
+        from course_lib.model import load_model as _load_model, load_tokenizer as _load_tokenizer
+        globals()["_TINYCHAT_FOR_GRADING"] = (_load_model("tinychat", device="cpu"), _load_tokenizer("tinychat"))
+    from course_lib.tokenization.chat_template import render_chat as _render_chat
+    model, tokenizer = globals()["_TINYCHAT_FOR_GRADING"]
+    prompt = tokenizer.encode(_render_chat([{"role": "user", "content": question}]), allowed_special="all")
+    ids, text, reason = generate_text(model, list(prompt), tokenizer=tokenizer, **knobs)
+    return [int(t) for t in ids], str(text), str(reason)
+"""
+
+
+@torch.no_grad()
+def _last_logits(model, sequence):
+    return model(torch.tensor([sequence]))[0, -1].float()
+
+
+def _grader_loop(model, tokenizer, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=()):
+    """The exercise's five rules, written out with plain torch operations."""
+    end_token = tokenizer.special_tokens["<|end|>"]
+    twin = torch.Generator().manual_seed(seed)
+    sequence, new = list(prompt), []
+    for _ in range(max_new_tokens):
+        z = _last_logits(model, sequence)  # (V,)
+        if temperature == 0:
+            best = int(z.argmax())
+            z = torch.full_like(z, NEG_INF).index_fill(0, torch.tensor([best]), z[best].item())
+        else:
+            z = z / temperature
+        if 0 < top_k < z.shape[0]:
+            z = z.masked_fill(z < torch.sort(z, descending=True).values[top_k - 1], NEG_INF)
+        if top_p < 1:
+            probs = torch.softmax(z.double(), -1)
+            ranked = torch.sort(probs, descending=True).values
+            kept = ranked[((torch.cumsum(ranked, 0) - ranked) < top_p) & (ranked > 0)]
+            z = z.masked_fill(probs < kept.min(), NEG_INF)
+        weights = torch.softmax(z, -1).double().tolist()
+        u = torch.rand((), generator=twin, dtype=torch.float64).item()
+        total = math.fsum(weights)
+        running, token = 0.0, len(weights) - 1
+        for index, w in enumerate(weights):
+            running += w
+            if running > u * total:
+                token = index
+                break
+        sequence.append(token)
+        new.append(token)
+        if token == end_token:
+            return new, tokenizer.decode(new[:-1]), "stop"
+        text = tokenizer.decode(new)
+        starts = [text.find(s) for s in stop if s in text]
+        if starts:
+            return new, text[:min(starts)], "stop"
+    return new, tokenizer.decode(new), "length"
+
+
+def generate_text(learner, check):
+    from course_lib.model import load_model, load_tokenizer
+    from course_lib.tokenization.chat_template import render_chat
+
+    model, tokenizer = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    run = learner.script(GENERATE_SCRIPT, "_generate_on_tinychat")
+    cases = [
+        ("What is 7 + 7?", dict(max_new_tokens=16, temperature=0),
+         "greedy (T = 0) takes the argmax each step; <|end|> ends it with finish reason 'stop', left out of the text"),
+        ("What is 7 + 7?", dict(max_new_tokens=3, temperature=0),
+         "max_new_tokens reached without a stop: the whole text and finish reason 'length'"),
+        ("What is 2 + 2?", dict(max_new_tokens=16, temperature=0, stop=("=", "is")),
+         "a stop string cuts the text before the earliest one, finish reason 'stop'"),
+        ("What is 2 + 2?", dict(max_new_tokens=10, temperature=2.0, top_p=0.5, seed=0),
+         "seeded sampling: temperature, then top-p, softmax, one uniform per step by inverse CDF"),
+        ("What is 2 + 2?", dict(max_new_tokens=10, temperature=1.0, seed=0),
+         "seeded sampling: one uniform per step by inverse CDF"),
+        ("Tell me about cats.", dict(max_new_tokens=10, temperature=1.5, top_k=20, seed=3),
+         "seeded sampling: one generator per call, temperature, then top-k, one uniform per step by inverse CDF"),
+        ("Tell me about cats.", dict(max_new_tokens=10, temperature=0.8, top_k=40, top_p=0.9, seed=11),
+         "seeded sampling with top-k and top-p together, applied in that order"),
+    ]
+    for question, knobs, rule in cases:
+        prompt = tokenizer.encode(render_chat([{"role": "user", "content": question}]), allowed_special="all")
+        ids, text, reason = _grader_loop(model, tokenizer, prompt, **knobs)
+        replay = _once(lambda: run(question, knobs))
+        shown = ", ".join(f"{k}={v!r}" for k, v in knobs.items())
+        check.equal(f"{rule}: the token ids ({shown})", _item(0, replay), ids)
+        check.equal(f"{rule}: the text ({shown})", _item(1, replay), text)
+        check.equal(f"{rule}: the finish reason ({shown})", _item(2, replay), reason)
