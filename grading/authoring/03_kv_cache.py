@@ -1,18 +1,26 @@
 # %% [markdown]
 # # 03 · The KV cache and its memory
 #
+# **Prerequisites:** notebook 02 (queries, keys and values; the causal mask; heads and
+# grouped-query attention; RoPE), and Python with a little PyTorch (tensor shapes, slicing).
+#
+# **Time:** about 135 minutes (a first careful pass, with the five exercises)
+#
 # Notebook 02 built attention: every position makes a query, a key and a value, and each
 # query reads all the keys before it. This notebook is about what happens when the model
 # writes an answer one token at a time, and why the memory that makes that fast is the
 # resource a serving system runs out of first.
 #
 # **By the end of this notebook you can**
-# - explain what decoding recomputes without a cache, and what the cache stores instead;
+# - say exactly what a cache saves (recomputing keys and values) and what it does not
+#   (reading every cached key at every step);
 # - compute the cache's size for any model from its configuration, and reproduce the
-#   19.3 GB figure for a GPT-3-class model from memory;
+#   19.3 GB figure for a GPT-3-class geometry from memory;
 # - plan how many sequences fit on a real accelerator, and what grouped-query attention,
-#   quantized caches and paging change;
-# - build a preallocated cache with `append`, and measure what it buys on the course model.
+#   latent and sliding-window attention, quantized caches and paging change;
+# - build a preallocated cache with `append`, prove that decoding with a cache gives the
+#   same logits as recomputing everything, and measure what it buys on the course model;
+# - explain why decoding is limited by memory bandwidth, not arithmetic.
 
 # %% [setup]
 import math
@@ -22,6 +30,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_lib.checks import kv_cache as check
+from course_lib.checks.hints import Hints
 from course_lib.kv_memory import (
     ACCELERATORS,
     MODEL_GEOMETRIES,
@@ -31,6 +40,8 @@ from course_lib.kv_memory import (
     plan_capacity,
 )
 from course_lib.model import Transformer, WeightsNotFoundError, decode_step, get_config, load_model, prefill
+
+hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
 # ## Why decoding needs a cache
@@ -43,21 +54,34 @@ from course_lib.model import Transformer, WeightsNotFoundError, decode_step, get
 # A decode loop without a cache ignores that: every step runs the whole sequence through
 # every layer again, recomputing keys and values it already had. With a cache, each step
 # computes q, k and v for the one new token, appends k and v to the stored ones, and attends
-# over the stored prefix. Count the key/value computations for a 100-token prompt and a
-# 400-token answer:
+# over the stored prefix. Count two kinds of work for a 100-token prompt and a 400-token
+# answer: key/value vectors computed (one per position pushed through the layers), and
+# query-key dot products inside attention (per head and layer):
 
 # %%
 prompt_len, answer_len = 100, 400
-without_cache = sum(prompt_len + t for t in range(answer_len))  # the whole prefix, every step
-with_cache = prompt_len + answer_len                            # each position once
-print(f"positions pushed through the layers without a cache: {without_cache:,}")
-print(f"with a cache:                                        {with_cache:,}")
-print(f"ratio: {without_cache / with_cache:.0f}x")
+steps = [prompt_len + t for t in range(answer_len)]  # how many positions exist at each step
+kv_without = sum(steps)                   # every step recomputes K and V for the whole prefix
+kv_with = prompt_len + answer_len - 1     # each position's K and V once (the last token is never fed)
+dots_without = sum(n * (n + 1) // 2 for n in steps)  # every step redoes the causal attention of every position
+dots_with = prompt_len * (prompt_len + 1) // 2 + sum(steps[1:])  # prefill, then the new query against all cached keys
+print(f"K/V vectors computed   without a cache: {kv_without:>12,}   with: {kv_with:>8,}   "
+      f"ratio {kv_without / kv_with:.0f}x")
+print(f"query-key dot products without a cache: {dots_without:>12,}   with: {dots_with:>8,}   "
+      f"ratio {dots_without / dots_with:.0f}x")
+n_total = prompt_len + answer_len
+print(f"with a cache, the dot products are {dots_with / (n_total ** 2 / 2):.2f} x n^2/2 for n = {n_total}: still quadratic")
 
 # %% [markdown]
-# The work without a cache grows with the square of the output length; with a cache it grows
-# linearly. The price is memory: every layer keeps a key and a value vector per KV head for
-# every token of every sequence it is serving.
+# Read the two lines separately. The cache removes the *recomputation*: the key/value work
+# drops from quadratic in the answer length to linear (each position projected once). It
+# does **not** make attention cheap. At step $t$ the new query still reads all $t$ cached
+# keys and values, so one step costs $O(t)$ in attention and a whole answer of $n$ tokens
+# still costs $O(n^2)$ dot products in total, the same order as one prefill of that length.
+# A common summary, "the cache turns each step from $O(T)$ into $O(1)$", is wrong for
+# attention: only the projections and the MLP of a step become independent of $T$; the
+# attention read grows with every token. What the cache costs is memory: every layer keeps
+# a key and a value vector per KV head for every token of every sequence it is serving.
 #
 # ## The formula
 #
@@ -67,26 +91,71 @@ print(f"ratio: {without_cache / with_cache:.0f}x")
 # The 2 is one K and one V. Note that it is the number of *KV* heads, not query heads: with
 # grouped-query attention several query heads share one cached key/value head.
 #
-# The worked figure: a GPT-3-class model has 96 layers, 96 heads of size 128, and one KV
-# head per query head. In fp16 (2 bytes), one 4,096-token sequence needs:
+# The layout, drawn for tinychat's geometry (4 layers, 2 KV heads of size 16) with a few
+# positions filled; each layer owns one K block and one V block, and every new token adds
+# one column to each:
 
 # %%
+from course_lib.diagrams import kv_cache_layout
+
+kv_cache_layout(layers=4, kv_heads=2, seq=8, head_dim=16, dtype_bytes=4);  # tinychat keeps its cache in float32
+
+# %% [markdown]
+# The worked figure: a GPT-3-class geometry has 96 layers, 96 heads of size 128, and one KV
+# head per query head. Take one sequence of 4,096 tokens in fp16 (2 bytes). That length is
+# hypothetical for GPT-3 itself, whose published context window is shorter (printed below);
+# it is the standard length for comparing geometries:
+
+# %%
+gpt3 = get_geometry("gpt-3-175b")
+print(f"GPT-3's own context window: {gpt3.context_length:,} tokens")
 gpt3_bytes = 2 * 96 * 96 * 128 * 4096 * 2
 gqa_bytes = 2 * 96 * 8 * 128 * 4096 * 2
-print(f"GPT-3-class, 96 KV heads: {gpt3_bytes:,} bytes = {format_bytes(gpt3_bytes)}")
-print(f"the same with 8 KV heads: {gqa_bytes:,} bytes = {format_bytes(gqa_bytes)}")
+print(f"GPT-3-class, 96 KV heads, 4,096 tokens: {gpt3_bytes:,} bytes = {format_bytes(gpt3_bytes)}")
+print(f"the same with 8 KV heads:               {gqa_bytes:,} bytes = {format_bytes(gqa_bytes)}")
+print(f"GPT-3's real window, 96 KV heads:       {format_bytes(2 * 96 * 96 * 128 * gpt3.context_length * 2)}")
 
 # %% [markdown]
 # Over 19 GB for *one* conversation of 4k tokens, before a single weight is loaded. Sharing
 # each KV head among 12 query heads (8 KV heads instead of 96) divides it by 12, to 1.6 GB.
-# This is why every recent large open model uses grouped-query attention.
+# That is why most recent open models use grouped-query attention, but it is not the only
+# lever on the cache:
+#
+# - **Multi-head latent attention (MLA)**, in DeepSeek-V2 and V3, caches one compressed
+#   latent vector per token and layer (plus a small separate part that carries RoPE) and
+#   expands it into per-head keys and values when attending. DeepSeek-V3 does not use GQA.
+# - **Sliding-window attention** lets each token attend only to the last $W$ positions, so a
+#   layer's cache never holds more than $W$ tokens (Mistral 7B v0.1 used $W$ = 4,096 in every
+#   layer; several later models alternate windowed and full layers).
+#
+# Both, per token or per sequence, computed from the published configurations:
+
+# %%
+# DeepSeek-V3 config.json: 61 layers, 128 heads, kv_lora_rank 512, qk_rope_head_dim 64,
+# qk_nope_head_dim 128, v_head_dim 128. MLA caches the latent and the RoPE part, in bf16.
+mla_per_token = 61 * (512 + 64) * 2
+mha_equivalent = 61 * 128 * ((128 + 64) + 128) * 2  # per-head keys (192 wide) and values (128 wide)
+print(f"DeepSeek-V3, MLA latent cache:        {mla_per_token / 1024:8.1f} KiB per token")
+print(f"the same heads cached as full K and V: {mha_equivalent / 1024:8.1f} KiB per token "
+      f"({mha_equivalent / mla_per_token:.0f}x more)")
+mistral = get_geometry("mistral-7b")
+window, conversation = 4096, 32768
+full = mistral.kv_cache_bytes(conversation, "bf16")
+windowed = mistral.kv_cache_bytes(min(window, conversation), "bf16")
+print(f"Mistral-7B geometry, {conversation:,}-token conversation: full cache {format_bytes(full)}, "
+      f"{window:,}-token window {format_bytes(windowed)}")
+
+# %% [markdown]
+# The window saves memory by forgetting: a fact more than $W$ tokens back is reachable only
+# indirectly, through what later positions absorbed from it layer by layer.
 #
 # ### Exercise 1 — the memory formula
 #
 # Write `kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, bytes_per_element=2, batch=1)`
 # returning the cache size in bytes as an `int` (use `int(...)` so that 0.5-byte int4
 # elements still give an int). `n_layers`, `n_kv_heads`, `head_dim`, `seq_len` and `batch`
-# must be positive; zero or a negative value raises `ValueError`.
+# must be positive; zero or a negative value raises `ValueError`. Stuck? `hint("kv_cache_bytes")`
+# shows a hint, a little more each time you run it.
 
 # %% [solution] kv_cache_bytes
 def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, bytes_per_element=2, batch=1):
@@ -109,7 +178,8 @@ check.kv_cache_bytes(kv_cache_bytes)
 # cost directly:
 
 # %%
-header = f"{'model':<16}{'layers':>7}{'heads':>6}{'KV':>4}{'dim':>5}  {'attn':<5}{'params':>8}{'KiB/token':>11}{'GB @ 4k':>9}{'GB @ ctx':>10}"
+header = (f"{'model':<16}{'layers':>7}{'heads':>6}{'KV':>4}{'dim':>5}  {'attn':<5}{'params':>8}{'KiB/token':>11}"
+          f"{'GB @ 4k':>9}{'GB @ ctx':>10}{'/weights':>10}")
 print(header)
 print("-" * len(header))
 for g in MODEL_GEOMETRIES.values():
@@ -117,14 +187,38 @@ for g in MODEL_GEOMETRIES.values():
     at_4k = kv_cache_bytes(g.n_layers, g.n_kv_heads, g.head_dim, 4096)
     at_ctx = kv_cache_bytes(g.n_layers, g.n_kv_heads, g.head_dim, g.context_length)
     print(f"{g.name:<16}{g.n_layers:>7}{g.n_heads:>6}{g.n_kv_heads:>4}{g.head_dim:>5}  {g.attention_kind:<5}"
-          f"{g.n_params / 1e9:>7.1f}B{per_token / 1024:>11.0f}{at_4k / 1e9:>9.2f}{at_ctx / 1e9:>10.1f}")
+          f"{g.n_params / 1e9:>7.1f}B{per_token / 1024:>11.0f}{at_4k / 1e9:>9.2f}{at_ctx / 1e9:>10.1f}"
+          f"{at_ctx / g.weight_bytes('fp16'):>10.2f}")  # one full-window sequence's cache / fp16 weights
 
 # %% [markdown]
-# Read the table across: Llama-2-7B (no GQA) pays 512 KiB per token in fp16, Llama-3-8B and
-# Mistral-7B pay 128 KiB with 8 KV heads, and Llama-3-70B, ten times larger than the 8B,
-# pays only 320 KiB because its extra width went into query heads, not KV heads. The last
-# column is one sequence filling the model's whole context window: long-context models can
-# need more memory for one full conversation than for their own weights.
+# Read the table across: Llama-2-7B (no GQA) pays 512 KiB per token in fp16, while
+# Llama-3-8B and Mistral-7B pay 128 KiB with 8 KV heads. Llama-3-70B pays only 320 KiB per
+# token although it has many times the 8B's parameters (the ratio is printed below),
+# because its extra width went into query heads and MLP, not KV heads.
+
+# %%
+llama8, llama70 = get_geometry("llama-3-8b"), get_geometry("llama-3-70b")
+per_token_8 = kv_cache_bytes(llama8.n_layers, llama8.n_kv_heads, llama8.head_dim, 1)
+per_token_70 = kv_cache_bytes(llama70.n_layers, llama70.n_kv_heads, llama70.head_dim, 1)
+print(f"parameters: 70B / 8B = {llama70.n_params / llama8.n_params:.1f}x; "
+      f"KV per token: {per_token_70 // 1024} / {per_token_8 // 1024} KiB = {per_token_70 / per_token_8:.1f}x")
+
+# %% [markdown]
+# The table's last column divides one full-window sequence's cache by the model's fp16
+# weights: for every model in it the ratio is below 1. Long context changes that. Llama-3.1-8B keeps the 8B's geometry
+# (32 layers, 8 KV heads, head size 128) and extends the window to 128k tokens; in bf16:
+
+# %%
+long_context = 128 * 1024
+weights_8b = llama8.weight_bytes("bf16")
+one_conversation = kv_cache_bytes(llama8.n_layers, llama8.n_kv_heads, llama8.head_dim, long_context)
+print(f"weights (bf16):                          {format_bytes(weights_8b)}")
+print(f"KV cache of one {long_context:,}-token conversation: {format_bytes(one_conversation)}")
+print(f"cache / weights: {one_conversation / weights_8b:.2f}")
+
+# %% [markdown]
+# One full-length conversation needs more memory than the whole model: the cache, not the
+# weights, is what long context costs.
 
 # %%
 names = list(MODEL_GEOMETRIES)
@@ -153,7 +247,8 @@ plt.show()
 # Write `max_concurrent_sequences(memory_bytes, weight_bytes, kv_bytes_per_sequence,
 # reserve_bytes=0)` returning how many whole sequences fit, as an `int`. When the weights and
 # reserve leave no room it returns 0 (never a negative number). `kv_bytes_per_sequence` must
-# be positive: zero or less raises `ValueError`.
+# be positive: zero or less raises `ValueError`. `hint("max_concurrent_sequences")` is there
+# if you need it.
 
 # %% [solution] max_concurrent_sequences
 def max_concurrent_sequences(memory_bytes, weight_bytes, kv_bytes_per_sequence, reserve_bytes=0):
@@ -226,6 +321,8 @@ print(plan_capacity("llama-3-70b", 8192, accelerator="H100-80GB").summary())
 #   head_dim)`. Views of the preallocated tensors, so their `data_ptr()` never changes;
 # - an append that would go past `max_seq_len` raises `ValueError`;
 # - `nbytes()` returns the bytes of both preallocated tensors (their full length).
+#
+# `hint("simple_kv_cache")` gives a nudge when you need one.
 
 # %% [solution] simple_kv_cache
 class SimpleKVCache:
@@ -286,6 +383,82 @@ assert held == predicted
 print(f"for comparison, the weights: {model.num_parameters() * cache.keys[0].element_size():,} bytes")
 
 # %% [markdown]
+# ## The cache is exact
+#
+# A cache is only worth having if it changes nothing the model computes. The subtle part is
+# *position*. RoPE rotates each query and key by an angle set by its absolute position in the
+# sequence. A token fed after 37 cached positions sits at position 37, not 0, and the model
+# must rotate it by position 37's angle. The course model reads that offset from the cache:
+# `model(ids, cache=cache)` places the new tokens at positions `cache.seq_len ..
+# cache.seq_len + T - 1` and then advances `cache.seq_len` by `T`. So a prompt can be read in
+# pieces (chunked prefill, which servers use to keep one long prompt from stalling everyone
+# else), as long as every piece goes into the *same* cache.
+#
+# ### Exercise 4 — decoding with a cache equals recomputing everything
+#
+# Write `cached_greedy_logits(model, prompt_ids, steps, chunk_size=None)` for the course
+# model, using `prefill` and `decode_step` (imported in the setup cell):
+#
+# - make one cache with `model.new_cache(1)` and use it for the whole call;
+# - read `prompt_ids` (a list of ints) with `prefill`, in pieces of `chunk_size` tokens (the
+#   last piece may be shorter); `None` means the whole prompt in one piece. Every piece goes
+#   into the same cache, so it continues at the positions already filled;
+# - then decode greedily: the next token is the argmax of the latest logits, fed back with
+#   `decode_step` (ids of shape `(1, 1)`);
+# - return a float tensor of shape `(steps, vocab_size)`: row `i` holds the logits from which
+#   the `i`-th new token is chosen, so row 0 is the logits at the last prompt position. The
+#   last chosen token is never fed back (nothing reads its logits);
+# - raise `ValueError` for an empty prompt, `steps < 1`, `chunk_size < 1`, or when
+#   `len(prompt_ids) + steps` exceeds `model.config.max_seq_len`.
+#
+# The check compares each row with a full recomputation, `model(all tokens so far)[0, -1]`,
+# with no cache at all, to within 1e-4. `hint("cached_greedy_logits")` helps if you are stuck.
+
+# %% [solution] cached_greedy_logits
+def cached_greedy_logits(model, prompt_ids, steps, chunk_size=None):
+    ### BEGIN SOLUTION
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    piece = len(prompt) if chunk_size is None else chunk_size
+    if piece < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    if len(prompt) + steps > model.config.max_seq_len:
+        raise ValueError(f"{len(prompt)} prompt tokens + {steps} steps exceed the window {model.config.max_seq_len}")
+    ids = torch.tensor([prompt], dtype=torch.long, device=model.device)  # (1, T)
+    one_cache = model.new_cache(1)  # prefill and decode_step run without gradients already
+    for start in range(0, len(prompt), piece):
+        logits = prefill(model, ids[:, start:start + piece], one_cache)  # (1, V), continues at one_cache.seq_len
+    rows = [logits[0]]
+    for _ in range(steps - 1):
+        next_id = logits.argmax(dim=-1, keepdim=True)  # (1, 1)
+        logits = decode_step(model, next_id, one_cache)  # (1, V)
+        rows.append(logits[0])
+    return torch.stack(rows).float()  # (steps, V)
+    ### END SOLUTION
+
+# %% [tests] cached_greedy_logits points=4
+check.cached_greedy_logits(cached_greedy_logits)
+
+# %% [markdown]
+# Why the offset matters: feed the second half of a prompt into a *fresh* cache, as if it
+# started the sequence, and compare its last logits with the ones recomputed over the whole
+# prompt. The tokens are the same; only their positions and the missing prefix differ.
+
+# %%
+demo_prompt = torch.randint(0, cfg.vocab_size, (1, 40), generator=torch.Generator().manual_seed(1))  # (1, 40)
+with torch.no_grad():
+    reference = model(demo_prompt)[0, -1]                       # (V,): full recomputation
+    shared = model.new_cache(1)
+    prefill(model, demo_prompt[:, :24], shared)
+    continued = prefill(model, demo_prompt[:, 24:], shared)[0]  # positions 24..39, after the prefix
+    restarted = prefill(model, demo_prompt[:, 24:], model.new_cache(1))[0]  # positions 0..15, no prefix
+print(f"same cache, continued at position 24: largest logit error {(continued - reference).abs().max():.2e}")
+print(f"fresh cache, restarted at position 0: largest logit error {(restarted - reference).abs().max():.2e}")
+
+# %% [markdown]
 # ## Paging: reserving less
 #
 # A server does not know how long an answer will be. The simple policy reserves
@@ -295,7 +468,7 @@ print(f"for comparison, the weights: {model.num_parameters() * cache.keys[0].ele
 # one is full, and keeps a small block table mapping each sequence's logical positions to
 # physical blocks. A sequence then wastes at most the unused tail of its last block.
 #
-# ### Exercise 4 — contiguous versus paged waste
+# ### Exercise 5 — contiguous versus paged waste
 #
 # Write `paging_waste(seq_lens, block_size, max_seq_len)` returning a tuple
 # `(contiguous_waste, paged_waste)`, both in token positions, for a list of sequence lengths:
@@ -304,7 +477,11 @@ print(f"for comparison, the weights: {model.num_parameters() * cache.keys[0].ele
 # - paged reserves whole blocks: $\lceil n / \text{block size} \rceil$ blocks for a sequence of
 #   length $n$;
 # - waste is reserved minus used, summed over the sequences;
-# - a length above `max_seq_len`, or a `block_size` below 1, raises `ValueError`.
+# - a length above `max_seq_len`, or a `block_size` below 1, raises `ValueError` (a length of
+#   exactly `max_seq_len` is allowed);
+# - the result is a tuple of two ints.
+#
+# `hint("paging_waste")` helps if you are stuck.
 
 # %% [solution] paging_waste
 def paging_waste(seq_lens, block_size, max_seq_len):
@@ -355,7 +532,8 @@ plt.show()
 # Paging's waste is below one block per sequence, so memory that contiguous reservation
 # strands becomes room for more sequences. The cost is bookkeeping: a block table per
 # sequence, an allocator, and an attention kernel that gathers keys from scattered blocks.
-# Notebook 06 builds that allocator.
+# Blocks also make sharing cheap: two sequences that start with the same tokens can point
+# their block tables at the same physical blocks (prefix caching, in the probes below).
 #
 # ## Measured: per-token latency with and without the cache
 #
@@ -416,8 +594,71 @@ plt.show()
 # whole prefix, so a full answer costs quadratic time. With the cache it stays nearly flat on
 # a model this small: the new token's projections and MLP dominate, and reading a few hundred
 # cached keys is cheap. On large models at long contexts, reading the cache itself becomes a
-# large share of each step, which is where notebook 06 picks up (decode is bound by memory
-# bandwidth, and the cache is part of what must be read).
+# large share of each step, as the next section shows.
+#
+# ## Arithmetic per token, and why decode waits on memory
+#
+# Each weight of a dense model takes part in one multiply and one add per token, so a forward
+# pass costs about $2 \times \text{parameters}$ floating-point operations per token, plus
+# attention's reads of the cache (about $4 \times \text{layers} \times t \times
+# n_\text{heads} d_\text{head}$ at position $t$: scores and the weighted sum of values).
+# PyTorch can count the operations of one real decode step on tinychat:
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+with torch.no_grad():
+    cache = model.new_cache(1)
+    prefill(model, tokens[:, :100], cache)  # 100 positions already cached
+    with FlopCounterMode(display=False) as counter:
+        decode_step(model, tokens[:, 100:101], cache)
+measured = counter.get_total_flops()
+rule = 2 * model.num_parameters()
+attention_part = 4 * cfg.n_layers * 101 * cfg.n_heads * cfg.head_dim
+print(f"measured FLOPs for one decode step at position 100: {measured:,}")
+print(f"2 x parameters ({model.num_parameters():,}):           {rule:,}")
+print(f"+ attention over 101 keys:                          {attention_part:,}")
+print(f"rule + attention = {(rule + attention_part) / measured:.3f} x measured")
+
+# %% [markdown]
+# (The embedding lookup costs no arithmetic, but tinychat's output head reuses the same
+# matrix as a real matrix multiply, so counting the shared matrix once is right.) For an 8B
+# model the rule gives about 16 GFLOP per token. Now compare that with what one decode step
+# must *read*: every weight once, and the sequence's whole cache. The accelerator figures
+# below are **representative** vendor numbers: memory bandwidth from
+# `course_lib.kv_memory.ACCELERATORS`, and peak dense bf16 arithmetic for the same part from
+# its datasheet.
+
+# %%
+h100 = ACCELERATORS["H100-80GB"]
+H100_DENSE_BF16_FLOPS = 989e12  # representative: NVIDIA's H100 SXM datasheet, dense (no sparsity)
+bandwidth = h100.bandwidth_gb_s * 1e9  # bytes per second
+ridge = H100_DENSE_BF16_FLOPS / bandwidth  # FLOPs per byte needed to keep the arithmetic units busy
+
+flops_per_token = 2 * llama8.n_params
+print(f"Llama-3-8B: 2 x parameters = {flops_per_token / 1e9:.1f} GFLOP per token")
+context = 4096
+kv_read = kv_cache_bytes(llama8.n_layers, llama8.n_kv_heads, llama8.head_dim, context)
+print(f"{h100.name}: {H100_DENSE_BF16_FLOPS / 1e12:.0f} TFLOP/s, {h100.bandwidth_gb_s:,} GB/s "
+      f"-> busy only above {ridge:.0f} FLOPs per byte read")
+print(f"{'batch':>6}{'FLOPs/byte':>12}{'ms/step (bytes)':>17}{'ms/step (FLOPs)':>17}{'tokens/s':>10}")
+for batch in (1, 8, 64, 256):
+    bytes_read = weights_8b + batch * kv_read  # the weights once for the batch, each sequence's cache
+    flops = batch * flops_per_token
+    ms_memory, ms_compute = bytes_read / bandwidth * 1e3, flops / H100_DENSE_BF16_FLOPS * 1e3
+    print(f"{batch:>6}{flops / bytes_read:>12.1f}{ms_memory:>17.2f}{ms_compute:>17.3f}"
+          f"{batch / max(ms_memory, ms_compute) * 1e3:>10.0f}")
+
+# %% [markdown]
+# At batch 1 a decode step does about one FLOP per byte it reads, hundreds of times below the
+# point where the arithmetic units would be the limit: the step takes as long as reading the
+# weights and the cache, and the arithmetic units mostly wait. Batching shares one read of the
+# weights among many sequences, which is why servers batch decode steps. It does not share
+# the caches: each sequence reads its own, so at long contexts and large batches the cache
+# reads dominate and the intensity levels off, still far below the ridge (Llama-3-8B with
+# 4,096-token contexts, in the table). Prefill is the opposite case: hundreds of prompt tokens go through each weight
+# read, so it is limited by arithmetic. Smaller caches (GQA, MLA, int8 KV) shorten decode
+# steps directly.
 #
 # ## Interview probes
 #
@@ -425,21 +666,78 @@ plt.show()
 # - *Strong:* two separate costs. Prefill's attention scores grow with the square of the
 #   prompt length (every token against every earlier one). Then every token in the context
 #   sits in the KV cache for the whole conversation, linear in length per sequence, and that
-#   memory caps how many sequences run at once: a GPT-3-class model at 4k tokens in fp16 needs
-#   2 × 96 × 96 × 128 × 4096 × 2 ≈ 19.3 GB per sequence; 8 KV heads bring it to 1.6 GB.
-#   Names the levers: GQA/MQA, quantized caches, paging, shorter prompts, prefix caching.
+#   memory caps how many sequences run at once: a GPT-3-class geometry at 4k tokens in fp16
+#   needs 2 × 96 × 96 × 128 × 4096 × 2 ≈ 19.3 GB per sequence; 8 KV heads bring it to
+#   1.6 GB. Names the levers: GQA/MQA, MLA, sliding windows, quantized caches, paging,
+#   shorter prompts, prefix caching.
 # - *Weak:* "attention is quadratic", with nothing about the cache, memory, or concurrency.
+#
+# **"Does the KV cache make decoding O(1) per token?"**
+# - *Strong:* no. It removes the recomputation of keys and values for the prefix, so
+#   projections and MLP cost the same at every step, but the new query still reads all $t$
+#   cached keys and values: $O(t)$ per step, $O(n^2)$ for an answer of $n$ tokens (the count
+#   at the top of this notebook). In practice the cache read costs memory bandwidth more than
+#   arithmetic.
+# - *Weak:* "yes, the cache makes each step constant time".
 #
 # **"Your 80 GB GPU holds the model easily, so why can you only serve a handful of users?"**
 # - *Strong:* computes weights + reserve + n × per-sequence cache; shows how context length
 #   and KV heads set the per-sequence cost; proposes int8 KV, paging, or capping max tokens.
 # - *Weak:* "add more GPUs", with no arithmetic.
 #
+# **"Roughly how many FLOPs does one generated token cost, and why is decode still slow on a
+# GPU that does hundreds of TFLOP/s?"**
+# - *Strong:* about 2 × parameters (for Llama-3-8B the GFLOP figure printed above, plus
+#   attention's cache reads);
+#   but at batch 1 each step must read every weight and the cache from memory, about one
+#   FLOP per byte against the H100's ridge printed above, so the step is bandwidth-bound
+#   (the table above); batching amortizes the weight reads, smaller caches shorten the rest.
+# - *Weak:* divides FLOPs by peak FLOP/s and predicts thousands of tokens per second for one
+#   user.
+#
+# **"What does prefix caching share, and what does it save?"**
+# - *Strong:* the KV cache of identical leading tokens (a system prompt, few-shot examples,
+#   earlier turns of the same chat). Their keys and values depend only on those tokens and
+#   their positions, so every request that starts with the same tokens can reuse the same
+#   blocks (reference-counted, copied only if written). It saves prefill compute for the
+#   shared tokens (latency to the first token) and memory for every sharer after the first;
+#   it saves nothing once the prompts diverge, and a single changed token early on breaks
+#   the match for everything after it. Puts numbers on it (below).
+# - *Weak:* "it caches responses", or thinks the cache can be reused for the same tokens at
+#   a different position.
+
+# %%
+system_prompt, sharers = 2000, 32
+per_token = kv_cache_bytes(llama8.n_layers, llama8.n_kv_heads, llama8.head_dim, 1)
+saved_memory = (sharers - 1) * system_prompt * per_token
+saved_flops = (sharers - 1) * system_prompt * 2 * llama8.n_params
+print(f"Llama-3-8B, a {system_prompt:,}-token system prompt shared by {sharers} sequences:")
+print(f"  KV memory saved: {format_bytes(saved_memory)}")
+print(f"  prefill work saved: {saved_flops / 1e12:.0f} TFLOP "
+      f"({saved_flops / H100_DENSE_BF16_FLOPS * 1e3:.0f} ms of an H100 at peak)")
+
+# %% [markdown]
 # ## Recap
-# - The cache trades memory for compute: each decode step processes one new token instead of
-#   the whole prefix.
+# - The cache stores every position's keys and values, which never change under the causal
+#   mask, so each decode step computes q, k and v for one new token only. Attention still
+#   reads all cached keys: $O(t)$ per step, $O(n^2)$ per answer.
 # - KV bytes = 2 × layers × KV heads × head_dim × tokens × bytes per element × batch;
-#   19.3 GB for one 4k-token GPT-3-class sequence, 1.6 GB with 8 KV heads.
-# - Sequences that fit = (memory − weights − reserve) / KV bytes per sequence; GQA, int8/int4
-#   caches and paging each raise it.
-# - A real cache is preallocated and written in place; its bytes are exactly the formula.
+#   19.3 GB for one 4k-token GPT-3-class sequence, 1.6 GB with 8 KV heads. At 128k tokens one
+#   conversation can outweigh an 8B model's weights.
+# - Sequences that fit = (memory − weights − reserve) / KV bytes per sequence; GQA, MLA,
+#   sliding windows, int8/int4 caches and paging each raise it.
+# - A real cache is preallocated and written in place; its bytes are exactly the formula, and
+#   with the right position offsets it gives the same logits as recomputing everything.
+# - A token costs about 2 × parameters FLOPs, but decode is bound by reading the weights and
+#   the cache; prefix caching shares the cache of common leading tokens.
+#
+# **Self-check:**
+# 1. What exactly does the cache stop recomputing, and why is a whole answer's attention
+#    still quadratic in its length?
+# 2. Without looking: the KV bytes of one 4,096-token sequence for 32 layers, 8 KV heads,
+#    head size 128, in bf16. How does that change in int8, and with a batch of 16?
+# 3. A chunk of a prompt is fed into a fresh cache instead of the one holding the earlier
+#    chunks. Which two things go wrong in its logits?
+# 4. Why does batching raise decode throughput, and why does it stop helping at long
+#    contexts?
+# 5. What does paging waste per sequence at most, and what does contiguous reservation waste?

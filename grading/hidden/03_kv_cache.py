@@ -5,12 +5,20 @@ capacity floor, block counts) or with NumPy (the concatenated keys a cache must 
 cache class is stateful, so it is driven inside the learner's kernel by small scripts that
 return plain data: lengths, byte counts, the arrays it returned, and whether those arrays are
 views of the tensors it allocated up front.
+
+Cached decoding is graded the same way: a script builds the shipped tinychat model in the
+learner's kernel, runs their function and returns its logits as an array. The expectation
+comes from Hugging Face transformers' LlamaForCausalLM holding the same weights (its own RoPE
+and attention), run with no cache at all: every step recomputes the whole sequence.
 """
+import functools
 import random
 from fractions import Fraction
 
 import numpy as np
 import torch
+
+from course_lib.pipeline.learner import LearnerRaised
 
 REFERENCES = (
     "course_lib.kv_memory.formula.kv_cache_bytes",
@@ -18,6 +26,7 @@ REFERENCES = (
     "course_lib.kv_memory.append_cache.LayerKVCache",
     "course_lib.kv_memory.paging.compare_paging",
     "course_lib.kv_memory.paging.blocks_needed",
+    "course_lib.model.generate.greedy_generate",
 )
 
 
@@ -245,3 +254,89 @@ def paging_waste(learner, check):
     for args, rule in [(([10, 5000], 16, 4096), "a length above max_seq_len"), (([4097], 16, 4096), "a length one above max_seq_len"),
                        (([10], 0, 4096), "block_size 0"), (([10], -16, 4096), "a negative block_size")]:
         check.raises(f"{rule} raises ValueError", lambda: f(*args), "ValueError")
+
+
+# Builds the shipped model in the learner's kernel once and runs every scenario on it: for
+# each, the logits as an array, or the names of the exception it raised.
+_DECODE_SCRIPT = '''
+import torch as _torch
+from course_lib.model import load_model as _load_model
+
+
+def _cached_logits(scenarios):
+    model = _load_model("tinychat", device="cpu")
+    results = []
+    for prompt, steps, chunk_size in scenarios:
+        try:
+            with _torch.no_grad():
+                out = cached_greedy_logits(model, list(prompt), steps, chunk_size=chunk_size)
+            results.append({"logits": _torch.as_tensor(out).detach().float().cpu()})
+        except Exception as exc:
+            results.append({"raised": [c.__name__ for c in type(exc).__mro__]})
+    return results
+'''
+
+
+@functools.lru_cache(maxsize=1)
+def _oracle():
+    """transformers' Llama with tinychat's weights: the grader's own copy, no cache used."""
+    from course_lib.model import load_model, to_hf_llama
+
+    return to_hf_llama(load_model("tinychat", device="cpu"), attn_implementation="eager").eval()
+
+
+@torch.no_grad()
+def _recomputed(prompt, steps):
+    """Greedy logits by full recomputation: each step runs every token so far through the model."""
+    model, ids, rows = _oracle(), list(prompt), []
+    for _ in range(steps):
+        logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()  # (V,)
+        rows.append(logits.numpy())
+        ids.append(int(logits.argmax()))
+    return np.stack(rows)  # (steps, V)
+
+
+def _logits_of(results, index):
+    """The logits one scenario returned, or the learner's exception raised here (as a failure)."""
+    result = results[index]
+    if "raised" in result:
+        raise LearnerRaised(result["raised"], "")
+    return result["logits"]
+
+
+def _raised(result, name):
+    return name in result.get("raised", [])
+
+
+def cached_greedy_logits(learner, check):
+    run = learner.script(_DECODE_SCRIPT, "_cached_logits")
+    config = _oracle().config
+    vocab, window = config.vocab_size, config.max_position_embeddings
+    gen = torch.Generator().manual_seed(303)
+    prompt = torch.randint(0, vocab, (21,), generator=gen).tolist()
+    long_prompt = torch.randint(0, vocab, (150,), generator=gen).tolist()
+    edge = torch.randint(0, vocab, (window - 2,), generator=gen).tolist()
+    scenarios = [(prompt, 6, None), (prompt, 6, 4), (prompt, 6, 7), (prompt, 3, 1), (long_prompt, 4, 64),
+                 (edge, 2, None), (edge, 3, None), ([], 3, None), (prompt, 0, None), (prompt, -1, None),
+                 (prompt, 3, 0), (prompt, 3, -4)]
+    results = _Once(lambda: run(scenarios))
+    expected = _recomputed(prompt, 6)
+    check.that("the result has shape (steps, vocab_size)", lambda: _logits_of(results(), 0),
+               lambda r: np.asarray(r).shape == (6, vocab),
+               "return one row of logits per step: a tensor of shape (steps, vocab_size)")
+    check.close("row 0 is the logits at the last prompt position (full recomputation)",
+                lambda: np.asarray(_logits_of(results(), 0))[:1], expected[:1], atol=1e-3)
+    check.close("greedy decoding with one cache equals full recomputation, every row",
+                lambda: _logits_of(results(), 0), expected, atol=1e-3)
+    for index, (chunk, steps) in ((1, (4, 6)), (2, (7, 6)), (3, (1, 3))):
+        check.close(f"chunked prefill (pieces of {chunk}, the last one shorter) continues at the cached positions: "
+                    "RoPE offsets after a prefix", lambda: _logits_of(results(), index), expected[:steps], atol=1e-3)
+    check.close("a 150-token prompt in pieces of 64, then decoding at positions 150 and beyond",
+                lambda: _logits_of(results(), 4), _recomputed(long_prompt, 4), atol=1e-3)
+    check.close("a prompt plus steps exactly filling max_seq_len is allowed",
+                lambda: _logits_of(results(), 5), _recomputed(edge, 2), atol=1e-3)
+    for index, rule in ((6, "len(prompt_ids) + steps above max_seq_len"), (7, "an empty prompt"),
+                        (8, "steps=0 (below 1)"), (9, "steps=-1 (below 1)"), (10, "chunk_size=0 (below 1)"),
+                        (11, "chunk_size=-4 (below 1)")):
+        check.that(f"{rule} raises ValueError", lambda: results()[index], lambda r: _raised(r, "ValueError"),
+                   "no ValueError: check the arguments before touching the model")
