@@ -13,20 +13,17 @@ import torch
 from course_lib.checks.report import expect_close, expect_equal, expect_raises
 
 HINTS = {
-    "kv_cache_bytes": [
-        "Every layer stores one key and one value vector per KV head for every token: count "
-        "those vectors, then multiply by their length and the bytes of one element.",
-        "Check each of n_layers, n_kv_heads, head_dim, seq_len and batch before multiplying: "
-        "`if value <= 0: raise ValueError(...)` (zero is as wrong as a negative number).",
-        "Return int(2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element * batch); "
-        "the int(...) matters when bytes_per_element is 0.5.",
-    ],
-    "max_concurrent_sequences": [
-        "First find the memory left for caches: memory minus weights minus reserve.",
-        "Whole sequences only: floor division (//) rounds down. If nothing is left the answer "
-        "is 0, never negative: max(0, ...).",
-        "Validate kv_bytes_per_sequence > 0 first (raise ValueError), then return "
-        "max(0, int(free // kv_bytes_per_sequence)).",
+    "plan_kv_capacity": [
+        "Work key by key, in the order listed: each later value uses an earlier one. Per token "
+        "the cache holds one K and one V vector per KV head in every layer (query heads do not "
+        "count).",
+        "The reserve is a share of the whole memory, taken before anything else; what is left "
+        "after weights and reserve can be negative, so clamp it with max(0, ...). Sequences that "
+        "fit: floor division by the bytes of one whole sequence (per token x seq_len).",
+        "Blocks for n tokens are ceil(n / block_size) = -(-n // block_size); paged waste is "
+        "blocks x block_size - sum(seq_lens), counted in token slots, and contiguous waste is "
+        "len(seq_lens) x seq_len - sum(seq_lens). Check every ValueError rule before computing, "
+        "and return int values.",
     ],
     "simple_kv_cache": [
         "Allocate both tensors in __init__ with torch.zeros((batch_size, n_kv_heads, "
@@ -45,53 +42,97 @@ HINTS = {
         "logits = decode_step(model, next_id, cache), keep logits[0]. torch.stack the rows. "
         "Check the four ValueError cases before touching the model.",
     ],
-    "paging_waste": [
-        "Contiguous reserves max_seq_len slots per sequence; paged reserves whole blocks. "
-        "Waste is reserved minus used, summed over the sequences.",
-        "Blocks for n tokens: ceil(n / block_size), which is -(-n // block_size) in integers; "
-        "a length that is an exact multiple of the block needs no extra block.",
-        "Validate block_size >= 1 and every n <= max_seq_len (raise ValueError), then add "
-        "max_seq_len - n and blocks * block_size - n per sequence; return the pair as a tuple.",
-    ],
 }
 
 
-def kv_cache_bytes(fn) -> None:
-    """The worked figure, GQA, batch, int4, the int type, the defaults, and bad sizes."""
-    rule = "2 (K and V) x layers x KV heads x head_dim x tokens x bytes per element x batch"
-    expect_equal("GPT-3-class, fp16 by default, 4,096 tokens", fn(96, 96, 128, 4096), 2 * 96 * 96 * 128 * 4096 * 2,
-                 hint=rule + "; bytes_per_element defaults to 2")
-    expect_equal("the same with 8 KV heads", fn(96, 8, 128, 4096), 2 * 96 * 8 * 128 * 4096 * 2,
-                 hint="only the KV heads are cached, not the query heads")
-    expect_equal("Llama-2-7B, one token", fn(32, 32, 128, 1), 2 * 32 * 32 * 128 * 1 * 2, hint=rule)
-    expect_equal("Llama-3-8B, 1,000 tokens, batch 4", fn(32, 8, 128, 1000, batch=4), 2 * 32 * 8 * 128 * 1000 * 2 * 4,
-                 hint="every sequence in the batch has its own cache")
-    expect_equal("int4 (0.5 bytes per element)", fn(32, 8, 128, 4096, bytes_per_element=0.5),
-                 2 * 32 * 8 * 128 * 4096 // 2, hint="return int(...) of the product")
-    expect_equal("the result is an int, not a float", type(fn(32, 8, 128, 10)).__name__, "int",
+PLAN_KEYS = ("kv_bytes_per_token", "reserve_bytes", "cache_bytes", "max_sequences", "paged_blocks",
+             "paged_waste_tokens", "contiguous_waste_tokens")
+
+
+def _expected_plan(geometry, *, accelerator_bytes, weights_bytes, reserve_fraction, seq_len, seq_lens, block_size,
+                   dtype_bytes=2) -> dict:
+    """Each stated rule, written out on its own."""
+    per_token = int(2 * geometry["n_layers"] * geometry["n_kv_heads"] * geometry["head_dim"] * dtype_bytes)
+    reserve = int(accelerator_bytes * reserve_fraction)
+    cache = max(0, accelerator_bytes - weights_bytes - reserve)
+    blocks = sum(math.ceil(n / block_size) for n in seq_lens)
+    return {"kv_bytes_per_token": per_token, "reserve_bytes": reserve, "cache_bytes": cache,
+            "max_sequences": cache // (per_token * seq_len), "paged_blocks": blocks,
+            "paged_waste_tokens": blocks * block_size - sum(seq_lens),
+            "contiguous_waste_tokens": len(seq_lens) * seq_len - sum(seq_lens)}
+
+
+_PLAN_HINTS = {
+    "kv_bytes_per_token": "2 (one K and one V) x n_layers x n_kv_heads x head_dim x dtype_bytes; "
+                          "the KV heads, not the query heads in n_heads",
+    "reserve_bytes": "int(accelerator_bytes x reserve_fraction): a share of the whole memory, "
+                     "not of what the weights leave",
+    "cache_bytes": "accelerator_bytes - weights_bytes - reserve_bytes: subtract both",
+    "max_sequences": "floor(cache_bytes / (kv_bytes_per_token x seq_len)): whole sequences only, round down",
+    "paged_blocks": "ceil(n / block_size) blocks per sequence: a partly filled last block counts as a whole block",
+    "paged_waste_tokens": "blocks x block_size - sum(seq_lens): empty token slots, not blocks",
+    "contiguous_waste_tokens": "every sequence reserves seq_len slots: len(seq_lens) x seq_len - sum(seq_lens)",
+}
+
+
+def plan_kv_capacity(fn) -> None:
+    """Every key on a realistic plan, int4, weights that do not fit, block edges, and bad input."""
+    llama = {"n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128}  # Llama-3-8B: GQA, 4 query heads per KV head
+    base = dict(accelerator_bytes=80 * 10**9, weights_bytes=16_060_522_496, reserve_fraction=0.10, seq_len=8192,
+                seq_lens=[100, 1000, 30, 4097, 8192], block_size=16)
+    got = fn(dict(llama), **{**base, "seq_lens": list(base["seq_lens"])})
+    want = _expected_plan(llama, **base)
+    expect_equal("the result is a dict with the seven keys",
+                 sorted(got) if isinstance(got, dict) else type(got).__name__, sorted(PLAN_KEYS),
+                 hint=", ".join(PLAN_KEYS))
+    where = "Llama-3-8B on 80 GB, 10% reserve, 8,192-token sequences, blocks of 16"
+    for key in PLAN_KEYS:
+        expect_equal(f"{key} ({where})", got[key], want[key], hint=_PLAN_HINTS[key])
+    expect_equal("every value is an int", sorted(k for k in PLAN_KEYS if type(got[k]) is not int), [],
+                 hint="use //, int(...) and sums of ints, never /")
+
+    small = {"n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "head_dim": 16}
+    args = dict(accelerator_bytes=10**6, weights_bytes=200_000, reserve_fraction=0.25, seq_len=64,
+                seq_lens=[17, 33, 5], block_size=16)
+    got, want = fn(dict(small), **{**args, "seq_lens": list(args["seq_lens"])}), _expected_plan(small, **args)
+    for key in PLAN_KEYS:
+        expect_equal(f"{key} (a small model: 1 MB, 25% reserve, lengths [17, 33, 5], blocks of 16)", got[key],
+                     want[key], hint=_PLAN_HINTS[key])
+
+    int4 = fn(dict(llama), **{**base, "dtype_bytes": 0.5})
+    expect_equal("int4 cache (dtype_bytes=0.5): kv_bytes_per_token is an int",
+                 (int4["kv_bytes_per_token"], type(int4["kv_bytes_per_token"]).__name__),
+                 (_expected_plan(llama, **{**base, "dtype_bytes": 0.5})["kv_bytes_per_token"], "int"),
                  hint="wrap the product in int(...)")
-    for args, kwargs, what in [((0, 8, 128, 4096), {}, "zero layers"), ((32, 8, 128, 0), {}, "a zero seq_len"),
-                               ((32, 0, 128, 10), {}, "zero KV heads"), ((32, 8, 0, 10), {}, "a zero head_dim"),
-                               ((32, 8, 128, -1), {}, "a negative seq_len"), ((32, 8, 128, 10), {"batch": 0}, "batch=0")]:
-        expect_raises(f"{what} raises ValueError", lambda: fn(*args, **kwargs), ValueError,
-                      hint="n_layers, n_kv_heads, head_dim, seq_len and batch must all be positive: zero too is rejected")
-
-
-def max_concurrent_sequences(fn) -> None:
-    rule = "floor((memory - weights - reserve) / KV bytes per sequence)"
-    memory, weights, per_seq, reserve = 80 * 10**9, 16 * 10**9, 2 * 10**9, 8 * 10**9
-    expect_equal("80 GB, 16 GB weights, 8 GB reserve, 2 GB each", fn(memory, weights, per_seq, reserve_bytes=reserve),
-                 (memory - weights - reserve) // per_seq, hint=rule + ": subtract the reserve too")
-    expect_equal("reserve_bytes defaults to 0", fn(1000, 100, 300), (1000 - 100) // 300)
-    expect_equal("a partial sequence does not count: 90 bytes free, 40 each", fn(100, 10, 40), (100 - 10) // 40,
-                 hint="round down: floor division")
-    expect_equal("weights do not fit: zero, not negative", fn(10**9, 2 * 10**9, 10**6), 0,
-                 hint="never return a negative count")
-    expect_equal("the count is an int", type(fn(memory, weights, per_seq, reserve_bytes=reserve)).__name__, "int",
-                 hint="use // and int(...), never /")
-    for bad in (0, -10):
-        expect_raises(f"kv_bytes_per_sequence={bad} raises ValueError", lambda: fn(10**9, 0, bad), ValueError,
-                      hint="check kv_bytes_per_sequence > 0 before dividing")
+    heavy = {**base, "weights_bytes": 141 * 10**9}
+    got = fn(dict(llama), **heavy)
+    expect_equal("weights larger than the memory: cache_bytes and max_sequences are 0, never negative",
+                 (got["cache_bytes"], got["max_sequences"]), (0, 0), hint="clamp the room left with max(0, ...)")
+    exact = {**args, "seq_lens": [16, 32, 64], "block_size": 16}
+    got = fn(dict(small), **exact)
+    want = _expected_plan(small, **exact)
+    expect_equal("lengths that are multiples of the block: no extra block, no paged waste",
+                 (got["paged_blocks"], got["paged_waste_tokens"]), (want["paged_blocks"], want["paged_waste_tokens"]),
+                 hint="ceil(n / block_size): exactly n / block_size blocks when it divides")
+    got = fn(dict(small), **{**args, "seq_lens": [64]})
+    expect_equal("a length of exactly seq_len is allowed and wastes nothing contiguously",
+                 got["contiguous_waste_tokens"], 0, hint="reject only lengths above seq_len")
+    got = fn(dict(small), **{**args, "seq_lens": []})
+    expect_equal("no sequences: no blocks, no waste", (got["paged_blocks"], got["paged_waste_tokens"],
+                                                       got["contiguous_waste_tokens"]), (0, 0, 0))
+    bad_cases = [("n_layers=0", {"geometry": {**small, "n_layers": 0}}),
+                 ("n_kv_heads=0", {"geometry": {**small, "n_kv_heads": 0}}),
+                 ("head_dim=0", {"geometry": {**small, "head_dim": 0}}),
+                 ("seq_len=0", {"seq_len": 0, "seq_lens": []}), ("block_size=0", {"block_size": 0}),
+                 ("reserve_fraction=1.0", {"reserve_fraction": 1.0}),
+                 ("reserve_fraction=-0.1", {"reserve_fraction": -0.1}),
+                 ("a length of 0 in seq_lens", {"seq_lens": [10, 0]}),
+                 ("a length of seq_len + 1 in seq_lens", {"seq_lens": [65]})]
+    for what, change in bad_cases:
+        call = {"geometry": dict(small), **args, **change}
+        expect_raises(f"{what} raises ValueError", lambda call=call: fn(call["geometry"], **{k: v for k, v in call.items() if k != "geometry"}), ValueError,
+                      hint="check n_layers, n_kv_heads, head_dim, seq_len, block_size >= 1, 0 <= reserve_fraction < 1 "
+                           "and 1 <= every length <= seq_len before computing anything")
 
 
 def _tensor_fields(cache) -> list[torch.Tensor]:
@@ -191,25 +232,3 @@ def cached_greedy_logits(fn) -> None:
     for what, args, kwargs in [("an empty prompt", ([], 2), {}), ("steps=0", (prompt, 0), {}),
                                ("chunk_size=0", (prompt, 2), {"chunk_size": 0})]:
         expect_raises(f"{what} raises ValueError", lambda: run(*args, **kwargs), ValueError)
-
-
-def paging_waste(fn) -> None:
-    def expected(lengths, block, max_len):
-        return (sum(max_len - n for n in lengths), sum(math.ceil(n / block) * block - n for n in lengths))
-
-    rule = "contiguous wastes max_seq_len - n per sequence; paged wastes the unused tail of the last block"
-    for lengths, block, max_len in [([100, 1000, 30], 16, 2048), ([17, 33, 5], 16, 64)]:
-        result = fn(list(lengths), block, max_len)
-        expect_equal(f"{lengths}, blocks of {block}, max {max_len}: (contiguous, paged)",
-                     tuple(result) if isinstance(result, (tuple, list)) else result, expected(lengths, block, max_len),
-                     hint=rule)
-    expect_equal("the result is a tuple of two ints", type(fn([100], 16, 2048)).__name__, "tuple",
-                 hint="return (contiguous_waste, paged_waste)")
-    expect_equal("exact multiples waste nothing when paged", tuple(fn([32, 64], 16, 64)), expected([32, 64], 16, 64),
-                 hint="ceil(n / block_size) blocks: no extra block when n is a multiple")
-    expect_equal("a sequence of exactly max_seq_len is allowed", tuple(fn([64], 16, 64)), expected([64], 16, 64),
-                 hint="only a length above max_seq_len is rejected")
-    expect_raises("a sequence longer than max_seq_len is rejected", lambda: fn([5000], 16, 4096), ValueError)
-    for block in (0, -16):
-        expect_raises(f"block_size={block} raises ValueError", lambda: fn([10], block, 4096), ValueError,
-                      hint="check block_size >= 1 before dividing")

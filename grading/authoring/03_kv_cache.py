@@ -4,7 +4,7 @@
 # **Prerequisites:** notebook 02 (queries, keys and values; the causal mask; heads and
 # grouped-query attention; RoPE), and Python with a little PyTorch (tensor shapes, slicing).
 #
-# **Time:** about 135 minutes (a first careful pass, with the five exercises)
+# **Time:** about 110 minutes (a first careful pass, with the three exercises)
 #
 # Notebook 02 built attention: every position makes a query, a key and a value, and each
 # query reads all the keys before it. This notebook is about what happens when the model
@@ -37,6 +37,7 @@ from course_lib.kv_memory import (
     compare_paging,
     format_bytes,
     get_geometry,
+    kv_cache_bytes,  # the reference formula, for the demos (switched off while grading)
     plan_capacity,
 )
 from course_lib.model import Transformer, WeightsNotFoundError, decode_step, get_config, load_model, prefill
@@ -148,34 +149,15 @@ print(f"Mistral-7B geometry, {conversation:,}-token conversation: full cache {fo
 # %% [markdown]
 # The window saves memory by forgetting: a fact more than $W$ tokens back is reachable only
 # indirectly, through what later positions absorbed from it layer by layer.
-#
-# ### Exercise 1 — the memory formula
-#
-# Write `kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, bytes_per_element=2, batch=1)`
-# returning the cache size in bytes as an `int` (use `int(...)` so that 0.5-byte int4
-# elements still give an int). `n_layers`, `n_kv_heads`, `head_dim`, `seq_len` and `batch`
-# must be positive; zero or a negative value raises `ValueError`. Stuck? `hint("kv_cache_bytes")`
-# shows a hint, a little more each time you run it.
-
-# %% [solution] kv_cache_bytes
-def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, bytes_per_element=2, batch=1):
-    ### BEGIN SOLUTION
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                        ("seq_len", seq_len), ("batch", batch)):
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
-    return int(2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element * batch)
-    ### END SOLUTION
-
-# %% [tests] kv_cache_bytes points=2
-check.kv_cache_bytes(kv_cache_bytes)
 
 # %% [markdown]
 # ## Real models
 #
 # `course_lib.kv_memory.MODEL_GEOMETRIES` holds the geometry of several published models,
-# copied from their papers and configuration files. Your function gives their per-token
-# cost directly:
+# copied from their papers and configuration files. `kv_cache_bytes(n_layers, n_kv_heads,
+# head_dim, seq_len, bytes_per_element=2, batch=1)`, imported in the setup cell, is the formula
+# above; it gives their per-token cost directly (Exercise 1 asks you to write the formula
+# yourself, inside a capacity plan):
 
 # %%
 header = (f"{'model':<16}{'layers':>7}{'heads':>6}{'KV':>4}{'dim':>5}  {'attn':<5}{'params':>8}{'KiB/token':>11}"
@@ -242,44 +224,136 @@ plt.show()
 # $$\text{max sequences} = \left\lfloor \frac{\text{memory} - \text{weights} - \text{reserve}}
 # {\text{KV bytes per sequence}} \right\rfloor$$
 #
-# ### Exercise 2 — max concurrent sequences
+# ### Paging: reserving less
 #
-# Write `max_concurrent_sequences(memory_bytes, weight_bytes, kv_bytes_per_sequence,
-# reserve_bytes=0)` returning how many whole sequences fit, as an `int`. When the weights and
-# reserve leave no room it returns 0 (never a negative number). `kv_bytes_per_sequence` must
-# be positive: zero or less raises `ValueError`. `hint("max_concurrent_sequences")` is there
-# if you need it.
+# A server does not know how long an answer will be. The simple policy reserves
+# `max_seq_len` positions for every sequence up front, contiguous in memory, and most of that
+# reservation is never used. Paging (the idea behind vLLM's PagedAttention) cuts the cache
+# into fixed-size blocks, say 16 positions, hands a sequence a new block only when its last
+# one is full, and keeps a small block table mapping each sequence's logical positions to
+# physical blocks. A sequence then wastes at most the unused tail of its last block.
+#
+# ### Exercise 1 — a capacity plan
+#
+# Put the formula, the capacity rule and paging into one plan. Write
+# `plan_kv_capacity(geometry, *, accelerator_bytes, weights_bytes, reserve_fraction, seq_len,
+# seq_lens, block_size, dtype_bytes=2)`. `geometry` is a dict with at least the keys
+# `"n_layers"`, `"n_kv_heads"` and `"head_dim"` (other keys, such as `"n_heads"`, are
+# ignored). Return a dict of seven ints:
+#
+# - `"kv_bytes_per_token"`: 2 × n_layers × n_kv_heads × head_dim × dtype_bytes (one K and one
+#   V per KV head; wrap it in `int(...)` so that int4's 0.5 bytes still gives an int);
+# - `"reserve_bytes"`: `int(accelerator_bytes × reserve_fraction)`, a share of the *whole*
+#   memory;
+# - `"cache_bytes"`: accelerator_bytes − weights_bytes − reserve_bytes, the room left for
+#   caches, or 0 when the weights and reserve leave none (never negative);
+# - `"max_sequences"`: how many whole sequences of `seq_len` tokens fit in `cache_bytes`
+#   (round down);
+# - `"paged_blocks"`: the blocks that the sequences whose lengths are in `seq_lens` take
+#   under paging, $\lceil n / \text{block size} \rceil$ for a sequence of length $n$, summed;
+# - `"paged_waste_tokens"`: token slots in those blocks that hold no token (the blocks'
+#   slots minus the sum of the lengths);
+# - `"contiguous_waste_tokens"`: the same under contiguous reservation, which gives every
+#   sequence `seq_len` slots.
+#
+# Raise `ValueError` when n_layers, n_kv_heads, head_dim, seq_len or block_size is below 1,
+# when reserve_fraction is outside 0 ≤ fraction < 1, or when a length in `seq_lens` is below
+# 1 or above `seq_len` (exactly `seq_len` is allowed; an empty list takes no blocks). Write
+# the formula yourself: the reference `kv_cache_bytes` the demos use is switched off while
+# grading. `hint("plan_kv_capacity")` shows a hint, a little more each time you run it.
 
-# %% [solution] max_concurrent_sequences
-def max_concurrent_sequences(memory_bytes, weight_bytes, kv_bytes_per_sequence, reserve_bytes=0):
+# %% [solution] plan_kv_capacity
+def plan_kv_capacity(geometry, *, accelerator_bytes, weights_bytes, reserve_fraction, seq_len,
+                     seq_lens, block_size, dtype_bytes=2):
     ### BEGIN SOLUTION
-    if kv_bytes_per_sequence <= 0:
-        raise ValueError(f"kv_bytes_per_sequence must be positive, got {kv_bytes_per_sequence}")
-    free = memory_bytes - weight_bytes - reserve_bytes
-    return max(0, int(free // kv_bytes_per_sequence))
+    sizes = {name: geometry[name] for name in ("n_layers", "n_kv_heads", "head_dim")}
+    sizes.update(seq_len=seq_len, block_size=block_size)
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if not 0 <= reserve_fraction < 1:
+        raise ValueError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")
+    lengths = list(seq_lens)
+    for n in lengths:
+        if not 1 <= n <= seq_len:
+            raise ValueError(f"a sequence of {n} tokens is outside 1..seq_len={seq_len}")
+    per_token = int(2 * sizes["n_layers"] * sizes["n_kv_heads"] * sizes["head_dim"] * dtype_bytes)
+    reserve = int(accelerator_bytes * reserve_fraction)
+    cache = max(0, accelerator_bytes - weights_bytes - reserve)  # never negative
+    blocks = sum(-(-n // block_size) for n in lengths)  # ceil(n / block_size) per sequence
+    return {
+        "kv_bytes_per_token": per_token,
+        "reserve_bytes": reserve,
+        "cache_bytes": cache,
+        "max_sequences": cache // (per_token * seq_len),
+        "paged_blocks": blocks,
+        "paged_waste_tokens": blocks * block_size - sum(lengths),
+        "contiguous_waste_tokens": len(lengths) * seq_len - sum(lengths),
+    }
     ### END SOLUTION
 
-# %% [tests] max_concurrent_sequences points=2
-check.max_concurrent_sequences(max_concurrent_sequences)
+# %% [tests] plan_kv_capacity points=6
+check.plan_kv_capacity(plan_kv_capacity)
 
 # %% [markdown]
 # Now a real plan. Llama-3-8B with bf16 weights (about 16 GB) serving 8,192-token
 # conversations, with 10% of memory held back for activations and the runtime. The
 # accelerator memory figures are **representative** vendor numbers (read as decimal GB), not
-# measurements.
+# measurements. The course's `plan_capacity` prints the same plan as a summary:
 
 # %%
+def shape_of(g):
+    """The geometry dict plan_kv_capacity reads, from one of MODEL_GEOMETRIES."""
+    return {"n_layers": g.n_layers, "n_heads": g.n_heads, "n_kv_heads": g.n_kv_heads, "head_dim": g.head_dim}
+
 geometry = get_geometry("llama-3-8b")
 accelerator = ACCELERATORS["H100-80GB"]
-weights = geometry.n_params * 2
-per_seq = kv_cache_bytes(geometry.n_layers, geometry.n_kv_heads, geometry.head_dim, 8192)
-reserve = int(0.10 * accelerator.memory_bytes)
-print(f"{accelerator.name}: {max_concurrent_sequences(accelerator.memory_bytes, weights, per_seq, reserve)} "
-      "sequences of 8,192 tokens")
+plan = plan_kv_capacity(shape_of(geometry), accelerator_bytes=accelerator.memory_bytes,
+                        weights_bytes=geometry.weight_bytes("bf16"), reserve_fraction=0.10,
+                        seq_len=8192, seq_lens=[], block_size=16)
+print(f"{accelerator.name}: {plan['max_sequences']} sequences of 8,192 tokens "
+      f"({format_bytes(plan['cache_bytes'])} for caches, {plan['kv_bytes_per_token'] // 1024} KiB per token)")
 print()
 print(plan_capacity("llama-3-8b", 8192, accelerator="H100-80GB").summary())
 
 # %% [markdown]
+# Paging changes the other side of the division: how much of the cache memory holds real
+# tokens. A batch of 64 chat requests on the same model, with lengths drawn from a skewed
+# distribution (most answers short, a few long), a 4,096-token maximum and 16-token blocks:
+
+# %%
+gen = torch.Generator().manual_seed(3)
+lengths = torch.exp(torch.randn(64, generator=gen) * 0.9 + 6.0).clamp(1, 4096).long().tolist()
+batch_plan = plan_kv_capacity(shape_of(geometry), accelerator_bytes=accelerator.memory_bytes,
+                              weights_bytes=geometry.weight_bytes("bf16"), reserve_fraction=0.10,
+                              seq_len=4096, seq_lens=lengths, block_size=16)
+contiguous, paged = batch_plan["contiguous_waste_tokens"], batch_plan["paged_waste_tokens"]
+per_token = batch_plan["kv_bytes_per_token"]
+used = sum(lengths)
+print(f"tokens actually stored: {used:,} (mean length {used / len(lengths):.0f})")
+print(f"contiguous: wastes {contiguous:,} positions = {format_bytes(contiguous * per_token)} "
+      f"({contiguous / (contiguous + used):.0%} of what it reserves)")
+print(f"paged:      wastes {paged:,} positions = {format_bytes(paged * per_token)} "
+      f"({paged / (paged + used):.1%} of what it reserves)")
+report = compare_paging(lengths, block_size=16, max_seq_len=4096, bytes_per_token=per_token)
+assert (report.contiguous_waste_tokens, report.paged_waste_tokens) == (contiguous, paged)
+
+fig, ax = plt.subplots(figsize=(6, 2.6))
+ax.barh(["paged (16)", "contiguous"], [used, used], color="tab:green", label="used")
+ax.barh(["paged (16)", "contiguous"], [paged, contiguous], left=[used, used], color="tab:gray", label="wasted")
+ax.set_xlabel("token positions reserved")
+ax.legend(loc="lower right")
+ax.set_title("Same 64 requests, two reservation policies")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Paging's waste is below one block per sequence, so memory that contiguous reservation
+# strands becomes room for more sequences. The cost is bookkeeping: a block table per
+# sequence, an allocator, and an attention kernel that gathers keys from scattered blocks.
+# Blocks also make sharing cheap: two sequences that start with the same tokens can point
+# their block tables at the same physical blocks (prefix caching, in the probes below).
+#
 # ### Quantized caches
 #
 # Storing keys and values in int8 halves the cache compared with fp16, and 4-bit storage
@@ -307,7 +381,7 @@ print(plan_capacity("llama-3-70b", 8192, accelerator="H100-80GB").summary())
 # concatenation (`torch.cat([old, new])`) would copy the whole cache at every step, turning
 # linear work back into quadratic, and would make memory use impossible to plan.
 #
-# ### Exercise 3 — a KV cache with append
+# ### Exercise 2 — a KV cache with append
 #
 # Write a class `SimpleKVCache(batch_size, n_kv_heads, max_seq_len, head_dim,
 # dtype=torch.float32)` for one layer:
@@ -394,7 +468,7 @@ print(f"for comparison, the weights: {model.num_parameters() * cache.keys[0].ele
 # pieces (chunked prefill, which servers use to keep one long prompt from stalling everyone
 # else), as long as every piece goes into the *same* cache.
 #
-# ### Exercise 4 — decoding with a cache equals recomputing everything
+# ### Exercise 3 — decoding with a cache equals recomputing everything
 #
 # Write `cached_greedy_logits(model, prompt_ids, steps, chunk_size=None)` for the course
 # model, using `prefill` and `decode_step` (imported in the setup cell):
@@ -459,82 +533,6 @@ print(f"same cache, continued at position 24: largest logit error {(continued - 
 print(f"fresh cache, restarted at position 0: largest logit error {(restarted - reference).abs().max():.2e}")
 
 # %% [markdown]
-# ## Paging: reserving less
-#
-# A server does not know how long an answer will be. The simple policy reserves
-# `max_seq_len` positions for every sequence up front, contiguous in memory, and most of that
-# reservation is never used. Paging (the idea behind vLLM's PagedAttention) cuts the cache
-# into fixed-size blocks, say 16 positions, hands a sequence a new block only when its last
-# one is full, and keeps a small block table mapping each sequence's logical positions to
-# physical blocks. A sequence then wastes at most the unused tail of its last block.
-#
-# ### Exercise 5 — contiguous versus paged waste
-#
-# Write `paging_waste(seq_lens, block_size, max_seq_len)` returning a tuple
-# `(contiguous_waste, paged_waste)`, both in token positions, for a list of sequence lengths:
-#
-# - contiguous reserves `max_seq_len` positions per sequence;
-# - paged reserves whole blocks: $\lceil n / \text{block size} \rceil$ blocks for a sequence of
-#   length $n$;
-# - waste is reserved minus used, summed over the sequences;
-# - a length above `max_seq_len`, or a `block_size` below 1, raises `ValueError` (a length of
-#   exactly `max_seq_len` is allowed);
-# - the result is a tuple of two ints.
-#
-# `hint("paging_waste")` helps if you are stuck.
-
-# %% [solution] paging_waste
-def paging_waste(seq_lens, block_size, max_seq_len):
-    ### BEGIN SOLUTION
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    contiguous = paged = 0
-    for n in seq_lens:
-        if n > max_seq_len:
-            raise ValueError(f"sequence of {n} tokens exceeds max_seq_len={max_seq_len}")
-        blocks = -(-n // block_size)
-        contiguous += max_seq_len - n
-        paged += blocks * block_size - n
-    return contiguous, paged
-    ### END SOLUTION
-
-# %% [tests] paging_waste points=2
-check.paging_waste(paging_waste)
-
-# %% [markdown]
-# A batch of 64 chat requests on Llama-3-8B, with lengths drawn from a skewed distribution
-# (most answers short, a few long), a 4,096-token maximum and 16-token blocks:
-
-# %%
-gen = torch.Generator().manual_seed(3)
-lengths = torch.exp(torch.randn(64, generator=gen) * 0.9 + 6.0).clamp(1, 4096).long().tolist()
-contiguous, paged = paging_waste(lengths, 16, 4096)
-per_token = get_geometry("llama-3-8b").kv_bytes_per_token("bf16")
-used = sum(lengths)
-print(f"tokens actually stored: {used:,} (mean length {used / len(lengths):.0f})")
-print(f"contiguous: wastes {contiguous:,} positions = {format_bytes(contiguous * per_token)} "
-      f"({contiguous / (contiguous + used):.0%} of what it reserves)")
-print(f"paged:      wastes {paged:,} positions = {format_bytes(paged * per_token)} "
-      f"({paged / (paged + used):.1%} of what it reserves)")
-report = compare_paging(lengths, block_size=16, max_seq_len=4096, bytes_per_token=per_token)
-assert (report.contiguous_waste_tokens, report.paged_waste_tokens) == (contiguous, paged)
-
-fig, ax = plt.subplots(figsize=(6, 2.6))
-ax.barh(["paged (16)", "contiguous"], [used, used], color="tab:green", label="used")
-ax.barh(["paged (16)", "contiguous"], [paged, contiguous], left=[used, used], color="tab:gray", label="wasted")
-ax.set_xlabel("token positions reserved")
-ax.legend(loc="lower right")
-ax.set_title("Same 64 requests, two reservation policies")
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Paging's waste is below one block per sequence, so memory that contiguous reservation
-# strands becomes room for more sequences. The cost is bookkeeping: a block table per
-# sequence, an allocator, and an attention kernel that gathers keys from scattered blocks.
-# Blocks also make sharing cheap: two sequences that start with the same tokens can point
-# their block tables at the same physical blocks (prefix caching, in the probes below).
-#
 # ## Measured: per-token latency with and without the cache
 #
 # On the course model: with a cache, one decode step processes one token against the stored

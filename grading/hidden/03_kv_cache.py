@@ -1,7 +1,8 @@
 """Hidden tests for 03_kv_cache, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here in plain Python (the byte formula with exact fractions, the
-capacity floor, block counts) or with NumPy (the concatenated keys a cache must return). The
+Expectations are computed here in plain Python (the capacity plan's seven numbers, each from
+its stated rule: the byte formula with exact fractions, the reserve, the floor, block counts
+and waste) or with NumPy (the concatenated keys a cache must return). The
 cache class is stateful, so it is driven inside the learner's kernel by small scripts that
 return plain data: lengths, byte counts, the arrays it returned, and whether those arrays are
 views of the tensors it allocated up front.
@@ -22,68 +23,14 @@ from course_lib.pipeline.learner import LearnerRaised
 
 REFERENCES = (
     "course_lib.kv_memory.formula.kv_cache_bytes",
+    "course_lib.kv_memory.formula.kv_bytes_per_token",
     "course_lib.kv_memory.capacity.max_concurrent_sequences",
+    "course_lib.kv_memory.capacity.plan_capacity",
     "course_lib.kv_memory.append_cache.LayerKVCache",
     "course_lib.kv_memory.paging.compare_paging",
     "course_lib.kv_memory.paging.blocks_needed",
     "course_lib.model.generate.greedy_generate",
 )
-
-
-def _is_int(value):
-    return type(value) is int
-
-
-def kv_cache_bytes(learner, check):
-    f = learner.function("kv_cache_bytes")
-    rng = random.Random(303)
-    for _ in range(40):
-        L, H, D, S, B = (rng.randint(1, 128), rng.choice([1, 2, 4, 8, 32, 64]), rng.choice([64, 80, 128, 256]),
-                         rng.randint(1, 200_000), rng.randint(1, 64))
-        e = rng.choice([4, 2, 1, 0.5])
-        check.equal(f"2 x layers x KV heads x head_dim x tokens x bytes per element x batch "
-                    f"({L} layers, {H} KV heads, head_dim {D}, {S} tokens, {e:g} bytes, batch {B})",
-                    lambda: f(L, H, D, S, bytes_per_element=e, batch=B), int(2 * L * H * D * S * B * Fraction(e)))
-    check.equal("the worked figure: GPT-3-class (96 layers, 96 KV heads, head_dim 128), 4,096 tokens, fp16",
-                lambda: f(96, 96, 128, 4096), 2 * 96 * 96 * 128 * 4096 * 2)
-    check.equal("bytes_per_element defaults to 2 and batch to 1", lambda: f(80, 8, 128, 8192),
-                2 * 80 * 8 * 128 * 8192 * 2)
-    for args, kwargs, rule in [((32, 8, 128, 4096), {"bytes_per_element": 0.5}, "int4 (0.5 bytes per element)"),
-                               ((32, 8, 128, 10), {}, "fp16"), ((3, 1, 64, 7), {"bytes_per_element": 4}, "fp32")]:
-        check.that(f"the result is an int, not a float: {rule}", lambda: f(*args, **kwargs), _is_int,
-                   "return an int (wrap the product in int(...))")
-    for bad, rule in [((0, 8, 128, 10), "zero layers"), ((32, 0, 128, 10), "zero KV heads"),
-                      ((32, 8, 0, 10), "a zero head_dim"), ((32, 8, 128, 0), "a zero seq_len"),
-                      ((-1, 8, 128, 10), "negative layers"), ((32, 8, 128, -5), "a negative seq_len"),
-                      ((32, -8, 128, 10), "negative KV heads"), ((32, 8, -64, 10), "a negative head_dim")]:
-        check.raises(f"{rule} raises ValueError", lambda: f(*bad), "ValueError")
-    for batch in (0, -2):
-        check.raises(f"batch={batch} raises ValueError", lambda: f(32, 8, 128, 10, batch=batch), "ValueError")
-
-
-def max_concurrent_sequences(learner, check):
-    f = learner.function("max_concurrent_sequences")
-    rng = random.Random(2026)
-    for _ in range(60):
-        memory = rng.randint(10**9, 200 * 10**9)
-        weights = rng.randint(0, 150 * 10**9)
-        per_seq = rng.randint(1, 20 * 10**9)
-        reserve = rng.randint(0, 10 * 10**9)
-        free = memory - weights - reserve
-        rule = ("whole sequences that fit: floor((memory - weights - reserve) / KV bytes per sequence)" if free >= 0
-                else "no room left for any cache gives 0, never a negative count")
-        check.equal(f"{rule} ({memory:,} B memory, {weights:,} B weights, {reserve:,} B reserve, {per_seq:,} B each)",
-                    lambda: f(memory, weights, per_seq, reserve_bytes=reserve), max(0, free // per_seq))
-    check.equal("reserve_bytes defaults to 0", lambda: f(1000, 100, 300), 3)
-    check.equal("a partial sequence does not count (round down)", lambda: f(1000, 0, 334, reserve_bytes=0), 2)
-    check.equal("memory left exactly for whole sequences: all of them fit", lambda: f(1000, 100, 300, reserve_bytes=0), 3)
-    check.equal("weights that alone exceed the memory give 0, never a negative count",
-                lambda: f(10**9, 2 * 10**9, 10**6), 0)
-    check.equal("weights plus reserve exactly filling the memory give 0", lambda: f(10**9, 6 * 10**8, 10**6, reserve_bytes=4 * 10**8), 0)
-    check.that("the count is an int", lambda: f(80 * 10**9, 16 * 10**9, 2 * 10**9, reserve_bytes=8 * 10**9), _is_int,
-               "return an int (use // or int(...))")
-    for bad in (0, -10):
-        check.raises(f"kv_bytes_per_sequence={bad} raises ValueError", lambda: f(10**9, 0, bad), "ValueError")
 
 
 # Drives the learner's class in their kernel and reports what it saw, as plain data.
@@ -229,33 +176,6 @@ def simple_kv_cache(learner, check):
                  lambda: overflow("float32", (1, 1, 5, 4), 0, 6), "ValueError")
 
 
-def paging_waste(learner, check):
-    f = learner.function("paging_waste")
-    rng = random.Random(16)
-    for _ in range(40):
-        max_len = rng.choice([512, 2048, 4096, 8192])
-        block = rng.choice([1, 8, 16, 32, 100])
-        lens = [rng.randint(1, max_len) for _ in range(rng.randint(1, 30))]
-        contiguous = sum(max_len - n for n in lens)
-        paged = sum(((n + block - 1) // block) * block - n for n in lens)
-        check.equal(f"(contiguous, paged) waste: max_seq_len - n per sequence, and the unused tail of the last "
-                    f"block ({len(lens)} sequences, blocks of {block}, max_seq_len {max_len})",
-                    lambda: f(list(lens), block, max_len), (contiguous, paged))
-    check.equal("lengths that are exact multiples of the block waste nothing when paged",
-                lambda: f([32, 64, 16], 16, 64), (32 + 0 + 48, 0))
-    check.equal("one position past a block boundary takes a whole new block", lambda: f([17, 33], 16, 64),
-                (47 + 31, 15 + 15))
-    check.equal("a sequence of exactly max_seq_len is allowed and wastes nothing contiguously",
-                lambda: f([4096], 16, 4096), (0, 0))
-    check.equal("blocks of 1 position waste nothing when paged", lambda: f([5, 1, 999], 1, 1000), (995 + 999 + 1, 0))
-    check.that("the result is a pair (contiguous_waste, paged_waste)", lambda: f([100, 1000, 30], 16, 2048),
-               lambda r: isinstance(r, (tuple, list)) and len(r) == 2,
-               "return a tuple of two counts: (contiguous_waste, paged_waste)")
-    for args, rule in [(([10, 5000], 16, 4096), "a length above max_seq_len"), (([4097], 16, 4096), "a length one above max_seq_len"),
-                       (([10], 0, 4096), "block_size 0"), (([10], -16, 4096), "a negative block_size")]:
-        check.raises(f"{rule} raises ValueError", lambda: f(*args), "ValueError")
-
-
 # Builds the shipped model in the learner's kernel once and runs every scenario on it: for
 # each, the logits as an array, or the names of the exception it raised.
 _DECODE_SCRIPT = '''
@@ -340,3 +260,104 @@ def cached_greedy_logits(learner, check):
                         (11, "chunk_size=-4 (below 1)")):
         check.that(f"{rule} raises ValueError", lambda: results()[index], lambda r: _raised(r, "ValueError"),
                    "no ValueError: check the arguments before touching the model")
+
+
+_PLAN_RULES = {
+    "kv_bytes_per_token": "kv_bytes_per_token = 2 x n_layers x n_kv_heads x head_dim x dtype_bytes",
+    "reserve_bytes": "reserve_bytes = int(accelerator_bytes x reserve_fraction), a share of the whole memory",
+    "cache_bytes": "cache_bytes = accelerator_bytes - weights_bytes - reserve_bytes (0 if negative)",
+    "max_sequences": "max_sequences = floor(cache_bytes / (kv_bytes_per_token x seq_len))",
+    "paged_blocks": "paged_blocks = sum of ceil(n / block_size)",
+    "paged_waste_tokens": "paged_waste_tokens = paged_blocks x block_size - sum(seq_lens), in token slots",
+    "contiguous_waste_tokens": "contiguous_waste_tokens = len(seq_lens) x seq_len - sum(seq_lens)",
+}
+
+
+def _plan(geometry, accelerator_bytes, weights_bytes, reserve_fraction, seq_len, seq_lens, block_size, dtype_bytes):
+    """The stated rules in plain Python (exact fractions for the int4 half byte)."""
+    per_token = int(2 * geometry["n_layers"] * geometry["n_kv_heads"] * geometry["head_dim"] * Fraction(dtype_bytes))
+    reserve = int(accelerator_bytes * reserve_fraction)
+    cache = max(0, accelerator_bytes - weights_bytes - reserve)
+    blocks = sum((n + block_size - 1) // block_size for n in seq_lens)
+    return {"kv_bytes_per_token": per_token, "reserve_bytes": reserve, "cache_bytes": cache,
+            "max_sequences": cache // (per_token * seq_len), "paged_blocks": blocks,
+            "paged_waste_tokens": blocks * block_size - sum(seq_lens),
+            "contiguous_waste_tokens": len(seq_lens) * seq_len - sum(seq_lens)}
+
+
+def _field(result, key):
+    return result.get(key) if isinstance(result, dict) else None
+
+
+def plan_kv_capacity(learner, check):
+    f = learner.function("plan_kv_capacity")
+
+    def call(geometry, accelerator_bytes, weights_bytes, reserve_fraction, seq_len, seq_lens, block_size, dtype_bytes=2):
+        return f(dict(geometry), accelerator_bytes=accelerator_bytes, weights_bytes=weights_bytes,
+                 reserve_fraction=reserve_fraction, seq_len=seq_len, seq_lens=list(seq_lens), block_size=block_size,
+                 dtype_bytes=dtype_bytes)
+
+    rng = random.Random(3030)
+    for case in range(24):
+        kv_heads = rng.choice([1, 2, 4, 8, 16])
+        geometry = {"n_layers": rng.randint(1, 96), "n_heads": kv_heads * rng.choice([1, 2, 4, 8]),
+                    "n_kv_heads": kv_heads, "head_dim": rng.choice([64, 80, 128, 256])}
+        memory = rng.randint(8, 200) * 10**9
+        # Weights that leave room, and every fourth case weights that leave none.
+        weights = rng.randint(1, memory // 10**6 // 2) * 10**6 if case % 4 else rng.randint(memory // 10**6, 2 * memory // 10**6) * 10**6
+        fraction = rng.choice([0.0, 0.05, 0.1, 0.125, 0.2, 0.25])
+        seq_len = rng.choice([512, 2048, 4096, 8192, 32768])
+        block = rng.choice([1, 8, 16, 32, 100])
+        lens = [rng.randint(1, seq_len) for _ in range(rng.randint(0, 20))]
+        dtype = rng.choice([4, 2, 1, 0.5])
+        args = (geometry, memory, weights, fraction, seq_len, lens, block, dtype)
+        want = _plan(*args)
+        got = _Once(lambda args=args: call(*args))
+        where = (f"{geometry['n_layers']} layers, {geometry['n_heads']} query / {kv_heads} KV heads, head_dim "
+                 f"{geometry['head_dim']}, {dtype:g} bytes; {memory:,} B memory, {weights:,} B weights, reserve "
+                 f"{fraction:g}; seq_len {seq_len}, {len(lens)} lengths, blocks of {block}")
+        for key, rule in _PLAN_RULES.items():
+            check.equal(f"{rule} ({where})", lambda key=key, got=got: _field(got(), key), want[key])
+        check.that(f"every value is an int ({where})", got,
+                   lambda r: isinstance(r, dict) and all(type(r.get(k)) is int for k in _PLAN_RULES),
+                   "return a dict of ints under the seven keys (use //, int(...) and sums, never /)")
+    small = {"n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "head_dim": 16}
+    edge = (small, 10**6, 200_000, 0.25, 64)
+    check.equal("lengths that are exact multiples of the block: no extra block, no paged waste",
+                lambda: (lambda r: (_field(r, "paged_blocks"), _field(r, "paged_waste_tokens")))(call(*edge, [16, 32, 64], 16)),
+                (1 + 2 + 4, 0))
+    check.equal("one token past a block boundary takes a whole new block",
+                lambda: (lambda r: (_field(r, "paged_blocks"), _field(r, "paged_waste_tokens")))(call(*edge, [17, 33], 16)),
+                (2 + 3, 15 + 15))
+    check.equal("a length of exactly seq_len is allowed and wastes nothing contiguously",
+                lambda: _field(call(*edge, [64], 16), "contiguous_waste_tokens"), 0)
+    check.equal("an empty seq_lens takes no blocks and wastes nothing",
+                lambda: tuple(_field(call(*edge, [], 16), k) for k in ("paged_blocks", "paged_waste_tokens",
+                                                                      "contiguous_waste_tokens")), (0, 0, 0))
+    check.equal("weights and reserve exactly filling the memory leave 0 bytes and 0 sequences",
+                lambda: tuple(_field(call(small, 10**6, 750_000, 0.25, 64, [], 16), k)
+                              for k in ("cache_bytes", "max_sequences")), (0, 0))
+    check.equal("weights larger than the memory give 0 bytes and 0 sequences, never negative",
+                lambda: tuple(_field(call(small, 10**6, 3 * 10**6, 0.1, 64, [], 16), k)
+                              for k in ("cache_bytes", "max_sequences")), (0, 0))
+    check.equal("the query heads (n_heads) are not cached: only n_kv_heads count",
+                lambda: _field(call({**small, "n_heads": 64}, *edge[1:], [], 16), "kv_bytes_per_token"),
+                2 * 4 * 2 * 16 * 2)
+    check.equal("dtype_bytes defaults to 2", lambda: _field(f(dict(small), accelerator_bytes=10**6, weights_bytes=0,
+                                                              reserve_fraction=0.0, seq_len=64, seq_lens=[],
+                                                              block_size=16), "kv_bytes_per_token"), 2 * 4 * 2 * 16 * 2)
+    for rule, change in [("n_layers=0", {"geometry": {**small, "n_layers": 0}}),
+                         ("n_layers=-2", {"geometry": {**small, "n_layers": -2}}),
+                         ("n_kv_heads=0", {"geometry": {**small, "n_kv_heads": 0}}),
+                         ("head_dim=0", {"geometry": {**small, "head_dim": 0}}),
+                         ("seq_len=0", {"seq_len": 0, "seq_lens": []}), ("block_size=0", {"block_size": 0}),
+                         ("block_size=-16", {"block_size": -16}), ("reserve_fraction=1.0", {"reserve_fraction": 1.0}),
+                         ("reserve_fraction=1.5", {"reserve_fraction": 1.5}),
+                         ("reserve_fraction=-0.1", {"reserve_fraction": -0.1}),
+                         ("a length of 0 in seq_lens", {"seq_lens": [10, 0]}),
+                         ("a negative length in seq_lens", {"seq_lens": [-3]}),
+                         ("a length above seq_len in seq_lens", {"seq_lens": [10, 65]})]:
+        kwargs = dict(geometry=small, accelerator_bytes=10**6, weights_bytes=200_000, reserve_fraction=0.25,
+                      seq_len=64, seq_lens=[10, 20], block_size=16, dtype_bytes=2)
+        kwargs.update(change)
+        check.raises(f"{rule} raises ValueError", lambda kwargs=kwargs: call(**kwargs), "ValueError")
