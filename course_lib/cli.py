@@ -17,7 +17,7 @@ from pathlib import Path
 
 from course_lib import validation
 from course_lib.pipeline.authoring import AuthoringError
-from course_lib.pipeline.check import check_notebook, format_report
+from course_lib.pipeline.check import CHECK_CELL_TIMEOUT, check_notebook, format_report
 from course_lib.pipeline.grade import GradeOptions, NoSubmissions, format_table, grade
 from course_lib.pipeline.hidden import HiddenTestsMissing
 from course_lib.pipeline.nbgrader_run import NbgraderFailed
@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="run a notebook and report each exercise's visible tests")
     check.add_argument("notebook")
-    check.add_argument("--timeout", type=int, default=120, help="seconds allowed per cell (default 120)")
+    check.add_argument("--timeout", type=positive_int, default=CHECK_CELL_TIMEOUT,
+                       help=f"seconds allowed per cell (default {CHECK_CELL_TIMEOUT})")
     check.add_argument("--full", action="store_true",
                        help="also run the hidden tests (needs grading/hidden/, the answer key: for learners working alone)")
     check.set_defaults(run=cmd_check)
@@ -106,8 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     grd = sub.add_parser("grade", help="autograde grading/submitted/<student>/ASSIGNMENT")
     grd.add_argument("assignment")
-    grd.add_argument("--cell-timeout", type=positive_int, default=30, help="seconds per cell (default 30)")
-    grd.add_argument("--timeout", type=float, default=900, help="seconds per submission in total (default 900)")
+    grd.add_argument("--cell-timeout", type=positive_int, default=GradeOptions.cell_timeout,
+                     help=f"seconds per cell and per hidden-test call (default {GradeOptions.cell_timeout})")
+    grd.add_argument("--timeout", type=float, default=GradeOptions.notebook_timeout,
+                     help=f"seconds per submission in total (default {GradeOptions.notebook_timeout:g})")
     grd.add_argument("--jobs", type=positive_int, default=2, help="submissions graded at once (default 2)")
     grd.add_argument("--memory-mb", type=positive_int, default=Limits.memory_mb,
                      help=f"memory (address space) of each student kernel (default {Limits.memory_mb})")

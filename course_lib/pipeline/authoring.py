@@ -34,6 +34,7 @@ KINDS = ("markdown", "code", "setup", "solution", "tests")
 HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?P<args>.*)$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+COURSE_METADATA = "course"  # the cell metadata key this course adds beside nbgrader's
 TESTS_NOTE = "# Graded by hidden tests too, which try more cases of the rules stated above.\n"
 
 
@@ -154,7 +155,7 @@ def to_cell(spec: CellSpec, index: int) -> NotebookNode:
     elif spec.kind == "tests":
         points = int(spec.points) if spec.points.is_integer() else spec.points
         cell.metadata["nbgrader"] = _nbgrader(grade_id, grade=True, locked=True, points=points)
-        cell.metadata["course"] = {"role": "tests", "exercise": spec.name}
+        cell.metadata[COURSE_METADATA] = {"role": "tests", "exercise": spec.name}
     if spec.kind in ("setup", "tests"):
         cell.metadata["editable"] = False
         cell.metadata["deletable"] = False

@@ -28,7 +28,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Integer
 
 from course_lib.pipeline.hidden import Checks, hidden_test, load_hidden, run_hidden_test
-from course_lib.pipeline.learner import LearnerKernel, LearnerUnavailable
+from course_lib.pipeline.learner import (GRADE_CELL_TIMEOUT, GRADE_NOTEBOOK_TIMEOUT, LearnerKernel,
+                                         LearnerUnavailable)
 from course_lib.pipeline.paths import CoursePaths, find_course
 from course_lib.pipeline.reference_stubs import write_stubs
 from course_lib.pipeline.sandbox import Limits
@@ -105,8 +106,8 @@ class GradeOutOfProcess(NbGraderPreprocessor):
     """Run the answers in a sandboxed kernel and the hidden tests here (see the module doc)."""
 
     sandbox = Bool(True, help="run student kernels in the bubblewrap sandbox").tag(config=True)
-    cell_timeout = Integer(30, help="seconds per cell and per hidden-test call").tag(config=True)
-    notebook_timeout = Float(900, help="seconds for the whole submission").tag(config=True)
+    cell_timeout = Integer(GRADE_CELL_TIMEOUT, help="seconds per cell and per hidden-test call").tag(config=True)
+    notebook_timeout = Float(GRADE_NOTEBOOK_TIMEOUT, help="seconds for the whole submission").tag(config=True)
     memory_mb = Integer(Limits.memory_mb, help="address-space limit of a student kernel").tag(config=True)
     processes = Integer(Limits.processes, help="tasks allowed in a sandbox").tag(config=True)
     cpu_seconds = Integer(Limits.cpu_seconds, help="CPU seconds per sandboxed process").tag(config=True)

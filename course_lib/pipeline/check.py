@@ -16,10 +16,12 @@ from pathlib import Path
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+from course_lib.pipeline.authoring import COURSE_METADATA
 from course_lib.pipeline.learner import ipc_kernel_manager
 from course_lib.pipeline.notebook_io import read_notebook
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CHECK_CELL_TIMEOUT = 120  # a learner's machine may be slow; the grader allows less
 
 
 @dataclass
@@ -70,10 +72,10 @@ def summarize(nb, path: Path) -> CheckReport:
     report = CheckReport(path=path)
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {})
-        role = meta.get("course", {}).get("role")
+        role = meta.get(COURSE_METADATA, {}).get("role")
         error = _error(cell) if cell.cell_type == "code" else None
         if role == "tests":
-            name = meta["course"]["exercise"]
+            name = meta[COURSE_METADATA]["exercise"]
             if error is None:
                 report.exercises.append(ExerciseResult(name, "passed"))
             elif error[0] == "NotImplementedError":
@@ -87,7 +89,7 @@ def summarize(nb, path: Path) -> CheckReport:
     return report
 
 
-def check_notebook(path: Path | str, *, cell_timeout: int = 120, full: bool = False) -> CheckReport:
+def check_notebook(path: Path | str, *, cell_timeout: int = CHECK_CELL_TIMEOUT, full: bool = False) -> CheckReport:
     """Run ``path`` in a fresh kernel (cwd = its folder) and summarize its tests.
 
     Raises NotebookError (from read_notebook) for anything that is not a valid notebook.

@@ -26,6 +26,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_lib.pipeline.grade_worker import RESULT
+from course_lib.pipeline.learner import GRADE_CELL_TIMEOUT, GRADE_NOTEBOOK_TIMEOUT
 from course_lib.pipeline.nbgrader_run import nbgrader_env, run_nbgrader
 from course_lib.pipeline.notebook_io import NotebookError, read_notebook
 from course_lib.pipeline.paths import CoursePaths
@@ -85,8 +86,8 @@ def _forget(paths: CoursePaths, assignment: str, student: str) -> None:
 
 @dataclass(frozen=True)
 class GradeOptions:
-    cell_timeout: int = 30          # seconds per cell and per hidden-test call
-    notebook_timeout: float = 900   # seconds per submission in total
+    cell_timeout: int = GRADE_CELL_TIMEOUT           # seconds per cell and per hidden-test call
+    notebook_timeout: float = GRADE_NOTEBOOK_TIMEOUT  # seconds per submission in total
     jobs: int = 2                   # submissions graded at once
     sandbox: bool = True            # False: student code runs as you (--no-sandbox)
     limits: Limits = Limits()

@@ -30,6 +30,8 @@ from course_lib.pipeline.plain_data import NotPlainData, decode, encode
 from course_lib.pipeline.remote_call import MIME
 from course_lib.pipeline.sandbox import Limits, Sandbox
 
+GRADE_CELL_TIMEOUT = 30      # seconds per cell and per hidden-test call, unless told otherwise
+GRADE_NOTEBOOK_TIMEOUT = 900  # seconds for one whole submission
 MAX_CELL_OUTPUT = 64 * 1024  # characters of output kept per cell; the rest is dropped
 MAX_TIMEOUTS = 2             # calls in a row past the time limit before the kernel counts as hung
 KERNEL_NAME = "course-grading"
@@ -124,7 +126,7 @@ def answer_cells(nb) -> list[int]:
 
 class LearnerKernel(LearnerAPI):
     def __init__(self, nb, *, course_root: Path, submission_dir: Path | None = None,
-                 limits: Limits | None = Limits(), cell_timeout: float = 30,
+                 limits: Limits | None = Limits(), cell_timeout: float = GRADE_CELL_TIMEOUT,
                  deadline: float | None = None, overlays: dict[Path, Path] | None = None) -> None:
         self.nb = nb
         self.course_root = Path(course_root)
