@@ -166,6 +166,25 @@ def _show(value) -> str:
     return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
+class Once:
+    """A learner call made once and shared by the checks that read it (its error too):
+    several rules checked on one answer cost one round trip to the kernel."""
+
+    def __init__(self, call) -> None:
+        self.call, self.done, self.value, self.error = call, False, None, None
+
+    def __call__(self):
+        if not self.done:
+            self.done = True
+            try:
+                self.value = self.call()
+            except Exception as exc:  # LearnerRaised and friends: every check that reads it reports it
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class LocalLearner(LearnerAPI):
     """The grading contract in-process: the answers live in ``namespace``; values cross
     through the same plain-data codec as in grading, so tests here mean the same there."""

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from course_lib.pipeline.hidden import Once
+
 REFERENCES = (
     "course_lib.attention.core.scaled_dot_product_attention",
     "course_lib.attention.core.attention_weights",
@@ -53,24 +55,6 @@ _ROUND_TRIP = '''
 def _merge_of_split(x, n_heads):
     return merge_heads(split_heads(x, n_heads))
 '''
-
-
-class _Once:
-    """One learner call shared by the checks that read it (its error too): fewer round trips."""
-
-    def __init__(self, call):
-        self.call, self.done, self.value, self.error = call, False, None, None
-
-    def __call__(self):
-        if not self.done:
-            self.done = True
-            try:
-                self.value = self.call()
-            except Exception as exc:  # LearnerRaised and friends: every reading check reports it
-                self.error = exc
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _sdpa64(q, k, v, mask=None):
@@ -261,7 +245,7 @@ def _repeat_kv_checks(learner, check):
     for b, h_kv, n_rep, t, d in [(1, 1, 8, 4, 2), (2, 2, 4, 5, 4), (3, 4, 1, 2, 4), (1, 3, 2, 6, 8)]:
         gen = torch.Generator().manual_seed(b + h_kv + n_rep)
         k = torch.randn(b, h_kv, t, d, generator=gen)
-        repeated_k = _Once(lambda k=k, n_rep=n_rep: f(k, n_rep))  # read by both checks below
+        repeated_k = Once(lambda k=k, n_rep=n_rep: f(k, n_rep))  # read by both checks below
         check.equal(f"each KV head is repeated n_rep times in place ([a, b] -> [a, a, b, b]): "
                     f"{h_kv} KV heads, n_rep={n_rep}", repeated_k, np.repeat(k.numpy(), n_rep, axis=1))
         q, v = torch.randn(b, h_kv * n_rep, t, d, generator=gen), torch.randn(b, h_kv, t, d, generator=gen)

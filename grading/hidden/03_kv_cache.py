@@ -19,6 +19,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from course_lib.pipeline.hidden import Once
 from course_lib.pipeline.learner import LearnerRaised
 
 REFERENCES = (
@@ -111,24 +112,6 @@ def holds_chunks(report, chunks):
             and np.array_equal(np.asarray(last_v, dtype=np.float32), np.concatenate([v.numpy() for _, v in chunks], axis=2)))
 
 
-class _Once:
-    """One run of a scenario in the kernel, shared by the checks that read it (its error too)."""
-
-    def __init__(self, call):
-        self.call, self.done, self.value, self.error = call, False, None, None
-
-    def __call__(self):
-        if not self.done:
-            self.done = True
-            try:
-                self.value = self.call()
-            except Exception as exc:  # LearnerRaised and friends: every reading check reports it
-                self.error = exc
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 def simple_kv_cache(learner, check):
     drive = learner.script(_CACHE_SCRIPT, "_drive_cache")
     overflow = learner.script(_CACHE_SCRIPT, "_overflow")
@@ -146,7 +129,7 @@ def simple_kv_cache(learner, check):
             chunks.append(tuple(torch.randn(B, H, n_new, D, generator=gen).to(getattr(torch, dtype)).float()
                                 for _ in range(2)))
         where = f"{dtype}, B={B}, H_kv={H}, max_seq_len={S}, D={D}"
-        run = _Once(lambda: drive(dtype, (B, H, S, D), chunks))
+        run = Once(lambda: drive(dtype, (B, H, S, D), chunks))
         lengths = [sum(k.shape[2] for k, _ in chunks[:i]) for i in range(len(chunks) + 1)]
         check.that(f"__init__ allocates the two (B, H_kv, max_seq_len, D) tensors of the given dtype, zeroed ({where})",
                    run, lambda r: r["preallocated"][0] >= 2 and r["preallocated"][1],
@@ -239,7 +222,7 @@ def cached_greedy_logits(learner, check):
     scenarios = [(prompt, 6, None), (prompt, 6, 4), (prompt, 6, 7), (prompt, 3, 1), (long_prompt, 4, 64),
                  (edge, 2, None), (edge, 3, None), ([], 3, None), (prompt, 0, None), (prompt, -1, None),
                  (prompt, 3, 0), (prompt, 3, -4)]
-    results = _Once(lambda: run(scenarios))
+    results = Once(lambda: run(scenarios))
     expected = _recomputed(prompt, 6)
     check.that("the result has shape (steps, vocab_size)", lambda: _logits_of(results(), 0),
                lambda r: np.asarray(r).shape == (6, vocab),
@@ -312,7 +295,7 @@ def plan_kv_capacity(learner, check):
         dtype = rng.choice([4, 2, 1, 0.5])
         args = (geometry, memory, weights, fraction, seq_len, lens, block, dtype)
         want = _plan(*args)
-        got = _Once(lambda args=args: call(*args))
+        got = Once(lambda args=args: call(*args))
         where = (f"{geometry['n_layers']} layers, {geometry['n_heads']} query / {kv_heads} KV heads, head_dim "
                  f"{geometry['head_dim']}, {dtype:g} bytes; {memory:,} B memory, {weights:,} B weights, reserve "
                  f"{fraction:g}; seq_len {seq_len}, {len(lens)} lengths, blocks of {block}")
