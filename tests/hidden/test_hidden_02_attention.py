@@ -183,28 +183,6 @@ def _rope(x, positions, theta=10000.0, *, exponent=2.0, angle_dtype=torch.float6
     return out.to(x.dtype) if cast_back else out
 
 
-
-
-
-
-# -- repeat_kv --------------------------------------------------------------------------------
-def _tiled(x, n_rep):  # [a, b] -> [a, b, a, b]
-    if n_rep < 1:
-        raise ValueError("n_rep")
-    return x.repeat(1, n_rep, 1, 1)
-
-
-def _unchecked(x, n_rep):
-    return torch.repeat_interleave(x, n_rep, dim=1)
-
-
-def _along_time(x, n_rep):
-    if n_rep < 1:
-        raise ValueError("n_rep")
-    return torch.repeat_interleave(x, n_rep, dim=2)
-
-
-
 def _rope_interleaved(x, positions, theta=10000.0):  # Meta's adjacent pairs, not the rotate-half layout
     return _rope(x, positions, theta, interleaved=True)
 
