@@ -18,6 +18,7 @@ from course_lib.sampling.processors import (
     apply_min_p,
     apply_repetition_penalty,
     apply_temperature,
+    apply_token_mask,
     apply_top_k,
     apply_top_p,
     check_logits,
@@ -37,7 +38,7 @@ from course_lib.sampling.stops import (
 __all__ = [
     "ChiSquareResult", "GenerationResult", "Sampler", "SamplingParams",
     "StopSequenceMatcher", "apply_frequency_presence_penalties", "apply_min_p",
-    "apply_repetition_penalty", "apply_temperature", "apply_top_k", "apply_top_p", "check_logits",
+    "apply_repetition_penalty", "apply_temperature", "apply_token_mask", "apply_top_k", "apply_top_p", "check_logits",
     "chi_square_gof", "chi_square_p_value", "default_eos_ids", "encode_prompt", "find_stop",
     "frequencies", "generate", "generate_many", "held_back_length", "next_token_probs",
     "process_logits", "sample_counts", "sample_from_probs", "sample_next_token", "stream_until_stop",

@@ -103,7 +103,15 @@ def _check_model(model) -> None:
 
 
 @torch.no_grad()
-def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids) -> list[GenerationResult]:
+def _guide_masks(guide, states: list[int], vocab: int, device) -> torch.Tensor:
+    """(B, V) bool: each row's grammar mask, padded with False up to the model's vocabulary."""
+    masks = guide.masks(states)  # (B, V_tokenizer)
+    if masks.shape[-1] < vocab:
+        masks = torch.nn.functional.pad(masks, (0, vocab - masks.shape[-1]), value=False)  # (B, V)
+    return masks.to(device)
+
+
+def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids, guide=None) -> list[GenerationResult]:
     _check_model(model)
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -116,6 +124,12 @@ def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids)
     prompt_ids = encode_prompt(tokenizer, prompt)
     eos = set(default_eos_ids(tokenizer) if eos_ids is None else (int(i) for i in eos_ids))
     stop_ids = set(params.stop_token_ids)
+    if guide is not None:
+        if guide.vocab_size > model.config.vocab_size:
+            raise ValueError(f"the guide covers {guide.vocab_size} token IDs but the model has only "
+                             f"{model.config.vocab_size}; build the guide over the model's own tokenizer")
+        eos = {guide.eos_id}  # the grammar says when the output may end, and with which token
+        states = [guide.initial_state] * n_rows
     window = model.config.max_seq_len
     if len(prompt_ids) >= window:
         raise ValueError(f"the prompt has {len(prompt_ids)} tokens and fills the context window "
@@ -132,13 +146,16 @@ def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids)
 
     logits = prefill(model, ids, cache)  # (B, V)
     for step in range(budget):
+        allowed = None if guide is None else _guide_masks(guide, states, vocab, device)  # (B, V)
         tokens = sample_next_token(logits.float(), params, generator, output_counts=output_counts,
-                                   seen_counts=prompt_counts + output_counts)  # (B,)
+                                   seen_counts=prompt_counts + output_counts, allowed=allowed)  # (B,)
         output_counts.scatter_add_(1, tokens[:, None], torch.ones_like(tokens[:, None]))
-        for row, token in zip(rows, tokens.tolist()):
+        for b, (row, token) in enumerate(zip(rows, tokens.tolist())):
             if row.finish_reason is not None:
                 continue  # finished rows still ride along in the batch; their tokens are ignored
             row.ids.append(token)
+            if guide is not None:
+                states[b] = guide.next_state(states[b], token)
             if token in eos:
                 row.finish("stop")
             elif token in stop_ids:
@@ -158,22 +175,24 @@ def _generate_rows(model, tokenizer, prompt, params, n_rows, generator, eos_ids)
 
 def generate(model, tokenizer, prompt, params: SamplingParams | None = None, *,
              generator: torch.Generator | None = None,
-             eos_ids: Sequence[int] | None = None) -> GenerationResult:
+             eos_ids: Sequence[int] | None = None, guide=None) -> GenerationResult:
     """Generate one completion of ``prompt`` under ``params``.
 
     ``generator`` drives every random draw; without one, ``params.seed`` seeds a fresh CPU
     generator, and without a seed the run is deliberately unrepeatable. Greedy decoding
     (temperature 0) draws nothing. ``eos_ids`` defaults to the tokenizer's <|end|> and
     <|endoftext|>. Generation also stops at the model's context window ("length").
+    ``guide`` (a ``course_lib.structured`` guide) masks every step to its grammar and decides
+    the end token; ``course_lib.structured.generate_structured`` is the friendlier entry.
     """
     params = SamplingParams() if params is None else params
-    return _generate_rows(model, tokenizer, prompt, params, 1, generator, eos_ids)[0]
+    return _generate_rows(model, tokenizer, prompt, params, 1, generator, eos_ids, guide)[0]
 
 
 def generate_many(model, tokenizer, prompt, params: SamplingParams | None = None, n: int = 1, *,
                   generator: torch.Generator | None = None,
-                  eos_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+                  eos_ids: Sequence[int] | None = None, guide=None) -> list[GenerationResult]:
     """``n`` independent completions of one prompt, decoded together as a batch of n rows."""
     positive_int("n", n)
     params = SamplingParams() if params is None else params
-    return _generate_rows(model, tokenizer, prompt, params, n, generator, eos_ids)
+    return _generate_rows(model, tokenizer, prompt, params, n, generator, eos_ids, guide)

@@ -172,15 +172,37 @@ def apply_repetition_penalty(logits: torch.Tensor, counts: torch.Tensor, penalty
     return torch.where(counts > 0, penalised, logits)
 
 
+def apply_token_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Ban every token whose ``allowed`` entry is False (a grammar's mask, shaped like the logits).
+
+    >>> apply_token_mask(torch.tensor([2.0, 1.0, 0.0]), torch.tensor([False, True, True]))
+    tensor([-inf, 1., 0.])
+    """
+    check_logits(logits)
+    if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool or allowed.shape != logits.shape:
+        got = (allowed.dtype, tuple(allowed.shape)) if isinstance(allowed, torch.Tensor) else type(allowed).__name__
+        raise ValueError(f"allowed must be a bool tensor shaped like the logits {tuple(logits.shape)}, got {got}")
+    return logits.masked_fill(~allowed.to(logits.device), NEG_INF)
+
+
 def process_logits(
     logits: torch.Tensor,
     params: SamplingParams,
     *,
     output_counts: torch.Tensor | None = None,
     seen_counts: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The whole pipeline, in the order serving engines apply it:
-    repetition penalty -> frequency/presence penalties -> temperature -> top-k -> top-p -> min-p.
+    repetition penalty -> frequency/presence penalties -> grammar mask -> temperature ->
+    top-k -> top-p -> min-p.
+
+    ``allowed`` (bool, shaped like the logits) is a structured-output grammar's mask. It comes
+    before the filters on purpose: top-k, top-p and min-p rank tokens by probability, and
+    ranked over the whole vocabulary they could keep only tokens the grammar forbids (then
+    the mask would leave nothing) or size the nucleus by mass the grammar throws away.
+    Masked first, the filters choose among legal tokens only. (Temperature commutes with the
+    mask: -inf / T is still -inf.)
 
     ``output_counts`` counts the generated tokens (frequency and presence penalties, as in
     OpenAI's API); ``seen_counts`` counts prompt and generated tokens (repetition penalty, as
@@ -199,6 +221,8 @@ def process_logits(
             raise ValueError("frequency/presence penalties are on: pass output_counts (generated tokens)")
         out = apply_frequency_presence_penalties(out, output_counts, params.frequency_penalty,
                                                  params.presence_penalty)
+    if allowed is not None:
+        out = apply_token_mask(out, allowed)
     out = apply_temperature(out, params.temperature)
     out = apply_top_k(out, params.top_k)
     out = apply_top_p(out, params.top_p)

@@ -66,9 +66,11 @@ def next_token_probs(
     *,
     output_counts: torch.Tensor | None = None,
     seen_counts: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The exact distribution the sampler draws from (float32, rows sum to 1)."""
-    processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts)
+    processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts,
+                               allowed=allowed)
     _check_rows_alive(processed)
     return torch.softmax(processed.float(), dim=-1)
 
@@ -80,16 +82,19 @@ def sample_next_token(
     *,
     output_counts: torch.Tensor | None = None,
     seen_counts: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits (V,) -> token () or (B, V) -> tokens (B,), following ``params``.
 
     Greedy (temperature 0) takes the argmax of the penalised logits and draws nothing, so it
-    needs no generator; every other setting draws exactly one uniform per row.
+    needs no generator; every other setting draws exactly one uniform per row. ``allowed``
+    is a grammar's token mask (see ``process_logits`` for where it applies).
     """
     check_logits(logits)
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-    processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts)
+    processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts,
+                               allowed=allowed)
     _check_rows_alive(processed)
     if params.greedy:
         return processed.argmax(dim=-1)
