@@ -112,8 +112,11 @@ class TokenVocabulary:
         for i, b in ordinary.items():
             token_bytes[i] = b
         # Number every distinct prefix, shortest first, so each trie level is one slice.
-        prefixes = sorted({b[:k] for b in ordinary.values() for k in range(1, len(b) + 1)},
-                          key=lambda p: (len(p), p))
+        by_length: dict[int, set[bytes]] = {}
+        for b in ordinary.values():
+            for k in range(1, len(b) + 1):
+                by_length.setdefault(k, set()).add(b[:k])
+        prefixes = [p for k in sorted(by_length) for p in sorted(by_length[k])]
         index = {p: n for n, p in enumerate(prefixes)}
         parent = np.fromiter((index[p[:-1]] if len(p) > 1 else -1 for p in prefixes), np.int32, len(prefixes))
         edge = np.fromiter((p[-1] for p in prefixes), np.uint8, len(prefixes))
