@@ -35,7 +35,7 @@ from course_lib.structured.dfa import compile_regex
 from course_lib.structured.schema import schema_to_regex
 from course_lib.structured.vocabulary import TokenVocabulary
 
-_STATES_PER_PASS = 32  # bounds the (states x trie nodes) work array to ~30 MB for cl100k_base
+_STATES_PER_PASS = 32  # bounds one pass to ~7 M live (state, trie node) pairs for cl100k_base
 
 
 def _as_vocabulary(tokenizer) -> TokenVocabulary:
@@ -45,30 +45,42 @@ def _as_vocabulary(tokenizer) -> TokenVocabulary:
 def token_masks(byte_dfa, vocab: TokenVocabulary) -> np.ndarray:
     """(n_states, vocab.size) bool: token t is allowed in state s.
 
-    For a block of states, every trie node gets the DFA state reached by reading its bytes
-    from each start state; a node whose parent is dead is dead, so a shared prefix is walked
-    once for all tokens that start with it. The end token is allowed in accepting states.
+    A walk of the vocabulary's byte trie from every start state at once, one trie level per
+    step. The frontier holds only live (start state, trie node, DFA state) triples: a node
+    whose bytes already left the language is dropped with all its descendants, so a state
+    that admits a handful of tokens costs a handful of steps, and a shared prefix is walked
+    once for every token that starts with it. Every node still on the frontier spells a live
+    prefix, so the token it spells (if any) is allowed. The end token is allowed in
+    accepting states.
     """
     n_states = byte_dfa.n_states
-    dead = n_states
-    table = np.where(byte_dfa.table < 0, dead, byte_dfa.table).astype(np.int32)   # (S, 256)
-    table = np.vstack([table, np.full((1, 256), dead, dtype=np.int32)])            # (S + 1, 256)
-    has_bytes = vocab.token_node >= 0                                              # (V,)
-    masks = np.zeros((n_states, vocab.size), dtype=bool)                           # (S, V)
-    levels = list(zip(vocab.level_starts[:-1], vocab.level_starts[1:]))
+    table = byte_dfa.table                                                       # (S, 256), -1 = dead
+    masks = np.zeros((n_states, vocab.size), dtype=bool)                         # (S, V)
+    roots = np.arange(vocab.level_starts[0], vocab.level_starts[1], dtype=np.int32)  # 1-byte prefixes
     for first in range(0, n_states, _STATES_PER_PASS):
-        states = np.arange(first, min(first + _STATES_PER_PASS, n_states), dtype=np.int32)
-        node_state = np.full((len(states), vocab.n_nodes), dead, dtype=np.int32)   # (s, N)
-        for depth, (lo, hi) in enumerate(levels):
-            edge = vocab.node_byte[lo:hi]                                          # (n,)
-            if depth == 0:
-                source = np.broadcast_to(states[:, None], (len(states), hi - lo))  # (s, n)
-            else:
-                source = node_state[:, vocab.node_parent[lo:hi]]                   # (s, n)
-            node_state[:, lo:hi] = table[source, edge]
-            if (node_state[:, lo:hi] == dead).all():
-                break  # every deeper node descends from a dead one
-        masks[first:first + len(states), has_bytes] = node_state[:, vocab.token_node[has_bytes]] != dead
+        starts = np.arange(first, min(first + _STATES_PER_PASS, n_states), dtype=np.int32)
+        rows = np.repeat(starts, len(roots))                                     # (F,) start state
+        nodes = np.tile(roots, len(starts))                                      # (F,) trie node
+        states = table[rows, vocab.node_byte[nodes]]                             # (F,) DFA state after it
+        while True:
+            live = states >= 0
+            rows, nodes, states = rows[live], nodes[live], states[live]
+            spelled = vocab.node_token[nodes]
+            masks[rows[spelled >= 0], spelled[spelled >= 0]] = True
+            first_child = vocab.child_lo[nodes]
+            counts = vocab.child_hi[nodes] - first_child                         # (F,) children each
+            total = int(counts.sum())
+            if total == 0:
+                break
+            # Expand every node into its run of children (a vectorised "for child in children").
+            offsets = np.arange(total, dtype=np.int32) - np.repeat(np.cumsum(counts, dtype=np.int32) - counts, counts)
+            nodes = np.repeat(first_child, counts) + offsets
+            rows, states = np.repeat(rows, counts), np.repeat(states, counts)
+            states = table[states, vocab.node_byte[nodes]]
+    has_bytes = vocab.token_node >= 0
+    duplicates = np.flatnonzero(has_bytes & (vocab.node_token[np.maximum(vocab.token_node, 0)] != np.arange(vocab.size)))
+    for token in duplicates:  # an ID whose bytes another ID also spells shares its column
+        masks[:, token] = masks[:, vocab.node_token[vocab.token_node[token]]]
     for state in byte_dfa.accepting:
         masks[state, vocab.eos_id] = True
     return masks

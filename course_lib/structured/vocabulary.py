@@ -58,6 +58,9 @@ class TokenVocabulary:
     node_byte: np.ndarray          # (N,) uint8: the byte on the edge into this node
     level_starts: tuple[int, ...]  # nodes of depth d are node_parent[level_starts[d-1]:level_starts[d]]
     token_node: np.ndarray         # (size,) int32: the node spelling each token, -1 for none
+    node_token: np.ndarray         # (N,) int32: the token a node spells, -1 for an inner prefix
+    child_lo: np.ndarray           # (N,) int32: a node's children are nodes child_lo..child_hi-1
+    child_hi: np.ndarray           # (N,) int32
     has_every_byte: bool           # all 256 single bytes are tokens (then no state is a dead end)
 
     @classmethod
@@ -123,11 +126,19 @@ class TokenVocabulary:
         depth = np.fromiter((len(p) for p in prefixes), np.int64, len(prefixes))
         level_starts = tuple(int(x) for x in np.searchsorted(depth, np.arange(1, int(depth.max(initial=0)) + 2)))
         token_node = np.full(size, -1, dtype=np.int32)
+        node_token = np.full(len(prefixes), -1, dtype=np.int32)
         for i, b in ordinary.items():
             token_node[i] = index[b]
+            if node_token[index[b]] < 0:  # two IDs with the same bytes: the lower one spells it
+                node_token[index[b]] = i
+        # Parents are non-decreasing in this numbering, so each node's children are one run.
+        everyone = np.arange(len(prefixes))
+        child_lo = np.searchsorted(parent, everyone, side="left").astype(np.int32)
+        child_hi = np.searchsorted(parent, everyone, side="right").astype(np.int32)
         spelled = set(ordinary.values())
         every_byte = all(bytes([x]) in spelled for x in range(256))
-        return cls(size, eos_id, tuple(token_bytes), parent, edge, level_starts, token_node, every_byte)
+        return cls(size, eos_id, tuple(token_bytes), parent, edge, level_starts, token_node, node_token,
+                   child_lo, child_hi, every_byte)
 
     @property
     def n_nodes(self) -> int:
