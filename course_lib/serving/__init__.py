@@ -25,10 +25,13 @@ from course_lib.serving.speculative import (
     expected_tokens_per_round,
     ngram_propose,
 )
+from course_lib.serving.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
+from course_lib.serving.sequence import FinishReason, Sequence, SequenceStatus
 
 __all__ = [
     "Allocation", "BlockManager", "BlockManagerStats", "Int8Linear", "KVPool", "NoFreeBlocksError",
     "SpeculativeResult", "accept_greedy", "accept_or_resample", "acceptance_rate", "block_hash", "dequantize",
     "expected_tokens_per_round", "ngram_propose", "pad_block_tables", "paged_attention", "paged_prefill_attention",
     "quantize_int8", "quantize_per_channel", "weight_bytes",
+    "FinishReason", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus",
 ]
