@@ -1,12 +1,14 @@
-"""Serving building blocks: paged KV blocks with prefix caching, paged attention, the
-speculative-decoding accept/resample rule, and int8 weight-only quantization.
+"""Serving: an engine with continuous batching over paged KV blocks, and its building blocks.
 
 >>> from course_lib.serving import BlockManager
 >>> BlockManager(num_blocks=4, block_size=16).allocate("req-1", [1, 2, 3])
 Allocation(block_table=[0], num_cached_tokens=0)
 
-The engine that schedules requests over these pieces (continuous batching, chunked prefill,
-preemption) is the next layer; each piece here is tested on its own against an oracle.
+``Engine`` (add_request / step / generate / stream) drives a ``Scheduler`` (decodes first,
+chunked prefill, FCFS admission, recompute preemption) over a ``BlockManager`` (paged blocks,
+verified prefix caching) and a ``ModelRunner`` (the course model's own layers reading keys and
+values through block tables). ``speculative`` holds the accept/resample rule and prompt-lookup
+drafts, ``quantize`` int8 per-channel weights; neither is wired into the engine yet.
 """
 from course_lib.serving.block_manager import (
     Allocation,
@@ -27,6 +29,9 @@ from course_lib.serving.speculative import (
 )
 from course_lib.serving.scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from course_lib.serving.sequence import FinishReason, Sequence, SequenceStatus
+from course_lib.serving.model_runner import Chunk, ModelRunner, RaggedBatch, build_batch
+from course_lib.serving.request import Completion, RequestOutput
+from course_lib.serving.engine import Engine
 
 __all__ = [
     "Allocation", "BlockManager", "BlockManagerStats", "Int8Linear", "KVPool", "NoFreeBlocksError",
@@ -34,4 +39,5 @@ __all__ = [
     "expected_tokens_per_round", "ngram_propose", "pad_block_tables", "paged_attention", "paged_prefill_attention",
     "quantize_int8", "quantize_per_channel", "weight_bytes",
     "FinishReason", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus",
+    "Chunk", "Completion", "Engine", "ModelRunner", "RaggedBatch", "RequestOutput", "build_batch",
 ]

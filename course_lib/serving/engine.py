@@ -1,0 +1,222 @@
+"""The serving engine: requests in, tokens and text out, one scheduled forward pass per step.
+
+>>> from course_lib.model import load_model, load_tokenizer
+>>> from course_lib.sampling import SamplingParams
+>>> engine = Engine(load_model("tinychat", device="cpu"), load_tokenizer("tinychat"))
+>>> chat = [{"role": "user", "content": "What is 2 + 2?"}]
+>>> [c.finish_reason for c in engine.generate([chat, chat], SamplingParams(temperature=0))]
+['stop', 'stop']
+>>> engine.stats().num_used_blocks                     # every block came back
+0
+
+Each ``step()``: the scheduler picks this pass's tokens (decodes, prefill chunks, admissions;
+see ``scheduler.py``) -> the model runner computes them over the paged KV pool -> each
+sampling request draws its token with its own params and generator -> the scheduler records
+the tokens (end tokens and max_tokens finish requests) -> stop strings are matched in the
+decoded text -> one ``RequestOutput`` per request that gained a token.
+
+Memory is derived, not guessed: by default the pool holds ``max_num_seqs`` full context
+windows, ``max_num_seqs * ceil(max_seq_len / block_size)`` blocks (tinychat: 32 * 32 = 1024
+blocks of 16 tokens, 16 MiB in float32). A smaller pool works too: the scheduler preempts.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Iterator, Sequence
+
+import torch
+
+from course_lib.kv_memory.paging import blocks_needed
+from course_lib.sampling.generate import default_eos_ids, encode_prompt
+from course_lib.sampling.params import SamplingParams
+from course_lib.serving.block_manager import BlockManager, BlockManagerStats
+from course_lib.serving.model_runner import Chunk, ModelRunner, build_batch
+from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows
+from course_lib.serving.scheduler import Scheduler
+from course_lib.serving.sequence import Sequence as SchedSequence
+from course_lib.validation import positive_int
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """Continuous batching over one model: ``add_request`` / ``step`` / ``abort``, and the
+    conveniences ``generate`` (run prompts to completion) and ``stream`` (one request's outputs)."""
+
+    def __init__(self, model, tokenizer, *, block_size: int = 16, num_blocks: int | None = None,
+                 max_num_seqs: int = 32, max_batched_tokens: int = 2048, prefix_caching: bool = True,
+                 device=None):
+        for attribute in ("config", "embed_tokens", "layers", "rotary"):
+            if not hasattr(model, attribute):
+                raise TypeError(f"model must be a course Transformer (it has no .{attribute}); "
+                                "load one with load_model('tinychat')")
+        if device is not None and torch.device(device) != model.device:
+            raise ValueError(f"the model is on {model.device} but device={device!r}; move the model "
+                             "first (model.to(device)) so the KV pool and the weights share a device")
+        block_size = positive_int("block_size", block_size)
+        max_num_seqs = positive_int("max_num_seqs", max_num_seqs)
+        self.window = model.config.max_seq_len
+        if num_blocks is None:
+            num_blocks = max_num_seqs * blocks_needed(self.window, block_size)
+        self.model, self.tokenizer = model, tokenizer
+        self.block_manager = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs,
+                                   max_batched_tokens=max_batched_tokens)
+        self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
+        self.eos_ids = frozenset(default_eos_ids(tokenizer))
+        self._requests: dict[Hashable, Request] = {}
+        self._ids = itertools.count()
+        self._token_bytes: dict[int, bytes] = {}
+        self.num_steps = self.num_preemptions = 0
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None) -> Hashable:
+        """Queue a prompt (token ids, a rendered chat string or chat messages); return its id.
+
+        Like ``generate()``, the context window caps the reply: at most
+        ``max_seq_len - len(prompt)`` tokens, then "length".
+        """
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        prompt_ids = encode_prompt(self.tokenizer, prompt)  # raises on an empty or odd prompt
+        vocab = self.model.config.vocab_size
+        bad = [t for t in prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the model's vocabulary 0..{vocab - 1}")
+        if len(prompt_ids) >= self.window:
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens and fills the context window "
+                             f"({self.window}); shorten it to leave room for an answer")
+        if request_id is None:
+            request_id = f"req-{next(self._ids)}"
+            while request_id in self._requests:
+                request_id = f"req-{next(self._ids)}"
+        elif request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in flight; give each request a unique id")
+        max_tokens = min(params.max_new_tokens, self.window - len(prompt_ids))
+        self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens))  # checks it fits the pool
+        self._requests[request_id] = Request(request_id, prompt_ids, params, vocab_size=vocab,
+                                             device=self.model.device)
+        return request_id
+
+    def abort(self, request_id: Hashable) -> RequestOutput:
+        """Stop a waiting or running request now and free its blocks; returns its final output
+        (finish_reason "abort", with any text that was held back)."""
+        req = self._requests.get(request_id)
+        if req is None:
+            raise ValueError(f"unknown request id {request_id!r}: it was never added or has already "
+                             "finished")
+        self.scheduler.abort(request_id)
+        del self._requests[request_id]
+        return RequestOutput(request_id, (), req.finish_text("abort"), True, "abort")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def stats(self) -> BlockManagerStats:
+        """Block usage and prefix-cache hits (``hit_rate``)."""
+        return self.block_manager.stats()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one forward pass; return an output for every request that sampled a token."""
+        out = self.scheduler.schedule()
+        while out.is_empty and self.scheduler.has_unfinished():
+            # A lone request preempted itself; the next schedule readmits it (see scheduler.py).
+            self.num_preemptions += len(out.preempted)
+            out = self.scheduler.schedule()
+        self.num_preemptions += len(out.preempted)
+        if out.is_empty:
+            return []
+        bm = self.block_manager
+        chunks = [Chunk(e.token_ids, e.start, bm.block_table(e.seq.request_id), e.samples)
+                  for e in out.scheduled]
+        logits = self.runner.forward(build_batch(chunks, bm.block_size, device=self.model.device))  # (M, V)
+        self.num_steps += 1
+        samplers = [e for e in out.scheduled if e.samples]
+        tokens = sample_rows(logits, [self._requests[e.seq.request_id] for e in samplers])
+        sampled = {e.seq.request_id: t for e, t in zip(samplers, tokens)}
+        self.scheduler.update(out, sampled, eos_ids=self.eos_ids)
+        return [self._emit(e.seq, sampled[e.seq.request_id]) for e in samplers]
+
+    def _emit(self, seq: SchedSequence, token: int) -> RequestOutput:
+        """Record one sampled token: text, stop strings and stop tokens, then the finish reason."""
+        rid = seq.request_id
+        req = self._requests[rid]
+        is_end = token in self.eos_ids or token in req.params.stop_token_ids
+        text = req.add_token(token, self._bytes, is_end=is_end)
+        reason = None
+        if is_end or req.stopped:
+            reason = "stop"  # an end token, a stop token or a stop string, as generate() names them
+            if not seq.is_finished:
+                self.scheduler.finish(rid, "stop")
+        elif seq.is_finished:
+            reason = seq.finish_reason  # "length"
+        if reason is not None:
+            text += req.finish_text(reason)
+            reason = "stop" if req.stopped else reason  # the cut's last bytes may complete a stop string
+            del self._requests[rid]
+        return RequestOutput(rid, (token,), text, reason is not None, reason)
+
+    def _bytes(self, token: int) -> bytes:
+        cached = self._token_bytes.get(token)
+        if cached is None:
+            cached = self._token_bytes[token] = self.tokenizer.decode_bytes([token])
+        return cached
+
+    # --- conveniences built on step() --------------------------------------------------------
+
+    def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams]) -> list[Completion]:
+        """Run every prompt to completion, batched; completions in the prompts' order."""
+        self._check_idle("generate")
+        if isinstance(prompts, (str, torch.Tensor)) or (prompts and isinstance(prompts[0], (int, dict))):
+            raise TypeError("generate takes a list of prompts; wrap a single prompt in a list")
+        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params_list)} SamplingParams; "
+                             "pass one SamplingParams for all or one per prompt")
+        ids = []
+        try:
+            for prompt, p in zip(prompts, params_list):
+                ids.append(self.add_request(prompt, p))
+        except Exception:
+            for rid in ids:
+                self.abort(rid)
+            raise
+        prompt_ids = {rid: tuple(self._requests[rid].prompt_ids) for rid in ids}
+        tokens = {rid: [] for rid in ids}
+        texts = {rid: [] for rid in ids}
+        reasons = {}
+        while self.has_unfinished():
+            for o in self.step():
+                tokens[o.request_id].extend(o.token_ids)
+                texts[o.request_id].append(o.text)
+                if o.finished:
+                    reasons[o.request_id] = o.finish_reason
+        return [Completion("".join(texts[r]), tuple(tokens[r]), reasons[r], prompt_ids[r]) for r in ids]
+
+    def stream(self, prompt, params: SamplingParams) -> Iterator[RequestOutput]:
+        """Yield one request's outputs as they come; closing the generator early aborts it."""
+        self._check_idle("stream")
+        rid = self.add_request(prompt, params)
+        finished = False
+        try:
+            while not finished:
+                for o in self.step():
+                    finished = o.finished
+                    yield o
+        finally:
+            if not finished and rid in self._requests:
+                self.abort(rid)
+
+    def _check_idle(self, name: str) -> None:
+        if self.has_unfinished():
+            raise RuntimeError(f"{name}() drives the engine itself, and {len(self._requests)} other "
+                               "request(s) are in flight whose outputs it would swallow; finish or "
+                               "abort them, or use add_request() and step()")
+
+    def __repr__(self) -> str:
+        bm = self.block_manager
+        return (f"Engine(blocks={bm.num_blocks}x{bm.block_size}, free={bm.num_free_blocks}, "
+                f"{self.scheduler!r})")

@@ -1,0 +1,124 @@
+"""What the engine keeps per request beyond the scheduler's ``Sequence``: its sampling stream
+and the text it has shown so far.
+
+>>> from course_lib.sampling import SamplingParams
+>>> req = Request("r", [1, 2], SamplingParams(temperature=0, stop=("!",)), vocab_size=8)
+>>> req.add_token(0, lambda t: "hi!"[t:t + 1].encode())    # "h" is safe to show
+'h'
+>>> req.add_token(2, lambda t: b"!")                       # completes the stop string
+''
+>>> req.stopped, req.matcher.text
+(True, 'h')
+
+Text is decoded incrementally: a token may end inside a UTF-8 character, and the decoder
+holds those bytes until the character completes; the stop matcher holds back any tail that
+could still grow into a stop string. So the deltas concatenate to exactly the final text.
+"""
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import torch
+
+from course_lib.sampling.params import SamplingParams
+from course_lib.sampling.processors import token_counts
+from course_lib.sampling.sampler import sample_next_token
+from course_lib.sampling.stops import StopSequenceMatcher
+from course_lib.serving.sequence import FinishReason
+
+__all__ = ["Completion", "Request", "RequestOutput", "sample_rows"]
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one ``Engine.step()`` added to one request."""
+
+    request_id: Hashable
+    token_ids: tuple[int, ...]          # tokens sampled this step (empty for an abort)
+    text: str                           # new text that is safe to show (stop strings never appear)
+    finished: bool
+    finish_reason: FinishReason | None  # "stop", "length" or "abort" once finished
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request, as ``Engine.generate`` returns it (the fields of ``GenerationResult``)."""
+
+    text: str                    # decoded output, stop string and end token removed
+    token_ids: tuple[int, ...]   # every sampled token, including the one that ended generation
+    finish_reason: FinishReason
+    prompt_ids: tuple[int, ...]
+
+
+class Request:
+    """Sampling stream, penalty counts, incremental decoder and stop matcher of one request."""
+
+    def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
+                 vocab_size: int, device=None):
+        self.request_id, self.prompt_ids, self.params = request_id, prompt_ids, params
+        self.output_ids: list[int] = []
+        # One generator per request, so its draws never depend on who shares the batch.
+        self.generator: torch.Generator | None = None
+        if not params.greedy:
+            self.generator = torch.Generator()
+            if params.seed is None:
+                self.generator.seed()  # unseeded sampling is meant to vary
+            else:
+                self.generator.manual_seed(params.seed)
+        self.output_counts = self.seen_counts = None
+        if params.uses_penalties:
+            self.output_counts = torch.zeros(1, vocab_size, dtype=torch.long, device=device)  # (1, V)
+            self.seen_counts = token_counts([prompt_ids], vocab_size, device=device)  # (1, V)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.matcher = StopSequenceMatcher(params.stop)
+
+    @property
+    def simple_greedy(self) -> bool:
+        """Argmax of the raw logits: temperature 0 and no penalty to apply first."""
+        return self.params.greedy and not self.params.uses_penalties
+
+    @property
+    def stopped(self) -> bool:
+        return self.matcher.stopped
+
+    def add_token(self, token: int, token_bytes: Callable[[int], bytes], *, is_end: bool = False) -> str:
+        """Record a sampled token; return the text it makes safe to show. End tokens (``is_end``)
+        add no text, as in ``generate()``."""
+        self.output_ids.append(token)
+        if self.output_counts is not None:
+            self.output_counts[0, token] += 1
+            self.seen_counts[0, token] += 1
+        if is_end:
+            return ""
+        return self.matcher.feed(self.decoder.decode(token_bytes(token)))
+
+    def finish_text(self, reason: FinishReason) -> str:
+        """The held-back text released at the end. A cut (length, abort) decodes the bytes of an
+        unfinished character as U+FFFD, as ``generate()`` does; an end token drops them."""
+        if self.stopped:
+            return ""
+        out = ""
+        if reason != "stop":
+            tail = self.decoder.decode(b"", final=True)
+            if tail:
+                out = self.matcher.feed(tail)
+                if self.stopped:
+                    return out
+        return out + self.matcher.flush()
+
+
+def sample_rows(logits: torch.Tensor, requests: list[Request]) -> list[int]:
+    """One token per row of logits (M, V), row i under ``requests[i]``'s params and generator.
+
+    Plain greedy rows share one batched argmax; every other row runs the sampling pipeline on
+    its own (its params, penalty counts and random stream are its own). One read-back at the end.
+    """
+    logits = logits.float()  # (M, V)
+    tokens = logits.argmax(dim=-1)  # (M,): the answer for every plain greedy row
+    for i, req in enumerate(requests):
+        if not req.simple_greedy:
+            tokens[i] = sample_next_token(logits[i:i + 1], req.params, req.generator,
+                                          output_counts=req.output_counts, seen_counts=req.seen_counts)[0]
+    return tokens.tolist()
