@@ -243,6 +243,13 @@ class BlockManager:
         seq.token_ids.append(token_id)
         return seq.block_table[-1] * self.block_size + position % self.block_size
 
+    def mark_computed(self, seq_id: Hashable, num_tokens: int) -> None:
+        """The engine wrote the KV of the sequence's first ``num_tokens`` tokens: publish the full
+        blocks among them now, so a request arriving next step can reuse a prompt that has only
+        been prefilled (without it, blocks are offered only at the first decode step).
+        """
+        self._publish(self._seq(seq_id), upto=num_tokens)
+
     def free(self, seq_id: Hashable) -> None:
         """Drop the sequence; blocks nobody else uses return to the free list, cached ones
         keeping their contents until evicted."""
@@ -292,12 +299,14 @@ class BlockManager:
             parent_hash, expected_parent = h, (block_id, block.generation)
         return hits, parent_hash
 
-    def _publish(self, seq: _Sequence) -> None:
-        """Hash every full block of ``seq`` not hashed yet and offer it to the cache."""
+    def _publish(self, seq: _Sequence, upto: int | None = None) -> None:
+        """Hash every full block of ``seq`` (within its first ``upto`` tokens) not hashed yet and
+        offer it to the cache."""
         if not self.prefix_caching:
             return
         size, table = self.block_size, seq.block_table
-        for i in range(seq.num_hashed, len(seq.token_ids) // size):
+        known = len(seq.token_ids) if upto is None else min(upto, len(seq.token_ids))
+        for i in range(seq.num_hashed, known // size):
             tokens = tuple(seq.token_ids[i * size:(i + 1) * size])
             h = block_hash(seq.last_hash, tokens)
             block = self._blocks[table[i]]

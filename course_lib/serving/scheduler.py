@@ -250,6 +250,7 @@ class Scheduler:
             if seq.is_finished:
                 continue
             seq.num_computed_tokens += e.num_new_tokens
+            self.block_manager.mark_computed(seq.request_id, seq.num_computed_tokens)  # offer written blocks
             if not e.samples:
                 continue
             token = sampled[seq.request_id]

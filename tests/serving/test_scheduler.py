@@ -244,8 +244,18 @@ def test_chunked_prefill_splits_a_long_prompt_and_samples_only_at_its_end():
     assert _table(capped.schedule()) == [("b", 0, 3, False)]
 
 
+def test_a_prompt_is_offered_to_the_prefix_cache_as_soon_as_its_prefill_is_written():
+    sched = Scheduler(BlockManager(64, 4), max_num_seqs=4, max_batched_tokens=16)
+    sched.add(Sequence("b", list(range(1, 20)), max_tokens=1))
+    sched.update(sched.schedule(), {})                    # b's first 16 tokens are written
+    sched.add(Sequence("c", list(range(1, 20)), max_tokens=1))
+    out = sched.schedule()                                # b has not sampled yet, and c still hits
+    assert _table(out) == [("b", 16, 3, True), ("c", 16, 3, True)]
+
+
 def test_decodes_come_first_and_prefills_go_oldest_first():
-    sched = Scheduler(BlockManager(64, 4), max_num_seqs=4, max_batched_tokens=8)
+    # Prefix caching off: b and c share a prompt, and this test is about order, not reuse.
+    sched = Scheduler(BlockManager(64, 4, prefix_caching=False), max_num_seqs=4, max_batched_tokens=8)
     sched.add(Sequence("a", [1, 2], max_tokens=5))
     sched.update(sched.schedule(), {"a": 7})             # a is decoding now
     sched.add(Sequence("b", list(range(1, 20)), max_tokens=1))
@@ -311,8 +321,8 @@ def test_a_lone_sequence_that_cannot_grow_is_preempted_and_resumes_later():
     assert out.is_empty and [s.request_id for s in out.preempted] == ["a"] and sched.has_unfinished()
     assert sched.schedule().is_empty        # it cannot come back while the pool is full
     bm.free("squatter")
-    out = sched.schedule()                  # recompute: prompt + kept output in one chunk
-    assert _table(out) == [("a", 0, 3, True)]
+    out = sched.schedule()                  # recompute: prompt + kept output, after its own cached block
+    assert _table(out) == [("a", 2, 1, True)]
     sched.update(out, {"a": 4})
     out = sched.schedule()
     sched.update(out, {"a": 5})
