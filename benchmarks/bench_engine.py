@@ -1,0 +1,111 @@
+"""The serving engine against simpler ways to run the same requests, side by side in one run.
+
+On the shipped tinychat, greedy, the same held-out requests (mixed prompt and reply lengths):
+  sequential   course_lib.sampling.generate, one request at a time (batch 1)
+  static       course_lib.evaluate.generate_replies: prompts of equal length batched together,
+               each batch decoded until its longest reply ends (no new request joins a batch)
+  hf           Hugging Face generate on the same weights (to_hf_llama), one left-padded batch
+  engine       course_lib.serving.Engine: continuous batching over paged KV blocks
+It prints output tokens per second for each and the engine's ratio to each (goals: >= 4x
+sequential, >= 1.5x static, >= 2x HF). Then time to first token for requests that share a
+long system prompt, prefix caching on vs off (goal >= 5x).
+Speculative decoding, int8 and batch-invariant figures are not in the engine yet.
+
+    python benchmarks/bench_engine.py [--requests 64] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from course_lib.data.corpus import heldout_split
+from course_lib.evaluate import generate_replies
+from course_lib.model import load_model, load_tokenizer
+from course_lib.model.hf import to_hf_llama
+from course_lib.sampling import SamplingParams, generate
+from course_lib.sampling.generate import default_eos_ids
+from course_lib.serving import Engine
+from course_lib.tokenization.chat_template import encode_chat
+
+MAX_NEW = 64
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def throughput_section(model, tokenizer, n_requests: int) -> None:
+    conversations = heldout_split(n_requests // 5 + 1)[:n_requests]
+    prompts = [c.prompt_messages for c in conversations]
+    params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
+    engine_out, engine_s = timed(lambda: Engine(model, tokenizer).generate(prompts, params))
+    tokens = sum(len(c.token_ids) for c in engine_out)
+    sequential, sequential_s = timed(lambda: [generate(model, tokenizer, p, params) for p in prompts])
+    assert [c.token_ids for c in engine_out] == [r.token_ids for r in sequential], "engine != batch-1 greedy"
+    _, static_s = timed(lambda: generate_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW))
+
+    hf = to_hf_llama(model).eval()
+    ids = [encode_chat(tokenizer, p) for p in prompts]
+    width = max(map(len, ids))
+    pad = default_eos_ids(tokenizer)[0]
+    batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids])                   # (B, T) left-padded
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])         # (B, T)
+
+    def hf_generate():
+        with torch.no_grad():
+            return hf.generate(input_ids=batch, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False,
+                               eos_token_id=list(default_eos_ids(tokenizer)), pad_token_id=pad)
+    _, hf_s = timed(hf_generate)
+    print(f"\n{n_requests} held-out requests, greedy, {tokens} output tokens in all")
+    print(f"{'':<12}{'seconds':>9}{'tokens/s':>10}{'engine is':>11}  goal")
+    for name, seconds, goal in (("sequential", sequential_s, 4), ("static", static_s, 1.5), ("hf", hf_s, 2)):
+        print(f"{name:<12}{seconds:>9.2f}{tokens / seconds:>10.0f}{seconds / engine_s:>10.2f}x  >= {goal}x")
+    print(f"{'engine':<12}{engine_s:>9.2f}{tokens / engine_s:>10.0f}")
+
+
+def prefix_section(model, tokenizer, n_requests: int = 8) -> None:
+    rules, budget = [], model.config.max_seq_len - 64  # leave room for the question and the reply
+    while len(encode_chat(tokenizer, [{"role": "system", "content": " ".join(rules + ["Rule."] * 2)}])) < budget:
+        rules.append(f"Rule {len(rules)}: answer briefly and politely.")
+    system = {"role": "system", "content": " ".join(rules)}
+    questions = [f"What is {a} + {a + 3}?" for a in range(n_requests)]
+    shared = len(encode_chat(tokenizer, [system], add_generation_prompt=False))
+    params = SamplingParams(temperature=0, max_new_tokens=4)
+    results = {}
+    for caching in (False, True):
+        engine = Engine(model, tokenizer, prefix_caching=caching)
+        firsts = []
+        for question in questions:  # one at a time: each request's own time to first token
+            request = engine.add_request([system, {"role": "user", "content": question}], params)
+            start, first = time.perf_counter(), None
+            while engine.has_unfinished():
+                outputs = engine.step()
+                if first is None and any(o.request_id == request and o.token_ids for o in outputs):
+                    first = time.perf_counter() - start
+            firsts.append(first)
+        results[caching] = sum(firsts[1:]) / len(firsts[1:])  # the first request fills the cache
+        hit = engine.stats().hit_rate
+    print(f"\ntime to first token, {n_requests} requests sharing a {shared}-token system prompt (window "
+          f"{model.config.max_seq_len}):")
+    print(f"  prefix caching off {results[False] * 1e3:.1f} ms, on {results[True] * 1e3:.1f} ms; "
+          f"ratio {results[False] / results[True]:.1f}x (goal >= 5x); hit rate {hit:.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    print(f"tinychat on CPU, {args.threads} thread(s)")
+    throughput_section(model, tokenizer, args.requests)
+    prefix_section(model, tokenizer)
+
+
+if __name__ == "__main__":
+    main()
