@@ -71,14 +71,27 @@ class Engine:
 
     # --- requests ----------------------------------------------------------------------------
 
-    def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None) -> Hashable:
+    def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None,
+                    guide=None) -> Hashable:
         """Queue a prompt (token ids, a rendered chat string or chat messages); return its id.
 
         Like ``generate()``, the context window caps the reply: at most
-        ``max_seq_len - len(prompt)`` tokens, then "length".
+        ``max_seq_len - len(prompt)`` tokens, then "length". ``guide`` (a
+        ``course_lib.structured`` RegexGuide or JSONGuide) masks every token of this request to
+        its grammar, after the penalties and before temperature and the filters.
         """
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if guide is not None:
+            if not all(hasattr(guide, a) for a in ("masks", "next_state", "initial_state", "eos_id")):
+                raise TypeError(f"guide must be a course_lib.structured RegexGuide or JSONGuide, got "
+                                f"{type(guide).__name__}")
+            if guide.vocab_size > self.model.config.vocab_size:
+                raise ValueError(f"the guide covers {guide.vocab_size} token IDs but the model has only "
+                                 f"{self.model.config.vocab_size}; build it over the model's own tokenizer")
+            if params.stop or params.stop_token_ids:
+                raise ValueError("stop strings and stop tokens would cut structured output short; the "
+                                 "grammar decides where it ends, so leave stop and stop_token_ids empty")
         prompt_ids = encode_prompt(self.tokenizer, prompt)  # raises on an empty or odd prompt
         vocab = self.model.config.vocab_size
         bad = [t for t in prompt_ids if not 0 <= t < vocab]
@@ -96,7 +109,7 @@ class Engine:
         max_tokens = min(params.max_new_tokens, self.window - len(prompt_ids))
         self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens))  # checks it fits the pool
         self._requests[request_id] = Request(request_id, prompt_ids, params, vocab_size=vocab,
-                                             device=self.model.device)
+                                             device=self.model.device, guide=guide)
         return request_id
 
     def abort(self, request_id: Hashable) -> RequestOutput:
@@ -167,8 +180,10 @@ class Engine:
 
     # --- conveniences built on step() --------------------------------------------------------
 
-    def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams]) -> list[Completion]:
-        """Run every prompt to completion, batched; completions in the prompts' order."""
+    def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams], *,
+                 guide=None) -> list[Completion]:
+        """Run every prompt to completion, batched; completions in the prompts' order (each
+        under ``guide``'s grammar when one is given)."""
         self._check_idle("generate")
         if isinstance(prompts, (str, torch.Tensor)) or (prompts and isinstance(prompts[0], (int, dict))):
             raise TypeError("generate takes a list of prompts; wrap a single prompt in a list")
@@ -179,7 +194,7 @@ class Engine:
         ids = []
         try:
             for prompt, p in zip(prompts, params_list):
-                ids.append(self.add_request(prompt, p))
+                ids.append(self.add_request(prompt, p, guide=guide))
         except Exception:
             for rid in ids:
                 self.abort(rid)

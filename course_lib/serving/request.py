@@ -56,8 +56,11 @@ class Request:
     """Sampling stream, penalty counts, incremental decoder and stop matcher of one request."""
 
     def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
-                 vocab_size: int, device=None):
+                 vocab_size: int, device=None, guide=None):
         self.request_id, self.prompt_ids, self.params = request_id, prompt_ids, params
+        # A structured-output guide (course_lib.structured) and this request's state in it.
+        self.guide, self.guide_state = guide, (None if guide is None else guide.initial_state)
+        self.vocab_size = vocab_size
         self.output_ids: list[int] = []
         # One generator per request, so its draws never depend on who shares the batch.
         self.generator: torch.Generator | None = None
@@ -76,8 +79,15 @@ class Request:
 
     @property
     def simple_greedy(self) -> bool:
-        """Argmax of the raw logits: temperature 0 and no penalty to apply first."""
-        return self.params.greedy and not self.params.uses_penalties
+        """Argmax of the raw logits: temperature 0, no penalty and no grammar to apply first."""
+        return self.params.greedy and not self.params.uses_penalties and self.guide is None
+
+    def allowed(self) -> torch.Tensor | None:
+        """(1, V) bool: the grammar's mask for the next token, padded to the model's vocabulary."""
+        if self.guide is None:
+            return None
+        mask = self.guide.masks([self.guide_state])  # (1, V_tokenizer)
+        return torch.nn.functional.pad(mask, (0, self.vocab_size - mask.shape[-1]), value=False)  # (1, V)
 
     @property
     def stopped(self) -> bool:
@@ -87,6 +97,8 @@ class Request:
         """Record a sampled token; return the text it makes safe to show. End tokens (``is_end``)
         add no text, as in ``generate()``."""
         self.output_ids.append(token)
+        if self.guide is not None:
+            self.guide_state = self.guide.next_state(self.guide_state, token)
         if self.output_counts is not None:
             self.output_counts[0, token] += 1
             self.seen_counts[0, token] += 1
@@ -119,6 +131,8 @@ def sample_rows(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     tokens = logits.argmax(dim=-1)  # (M,): the answer for every plain greedy row
     for i, req in enumerate(requests):
         if not req.simple_greedy:
+            allowed = req.allowed()
             tokens[i] = sample_next_token(logits[i:i + 1], req.params, req.generator,
-                                          output_counts=req.output_counts, seen_counts=req.seen_counts)[0]
+                                          output_counts=req.output_counts, seen_counts=req.seen_counts,
+                                          allowed=None if allowed is None else allowed.to(logits.device))[0]
     return tokens.tolist()

@@ -198,3 +198,36 @@ def test_text_deltas_are_safe_across_utf8_boundaries():
     assert [req.add_token(t, pieces.__getitem__) for t in (1, 2, 3)] == ["caf", "", "é!"]
     assert req.add_token(4, pieces.__getitem__) == ""  # half of "€": held back
     assert req.finish_text("length") == "\ufffd"        # a cut shows the broken character, as generate() does
+
+
+# ------------------------------------------------------------------ structured output through the engine
+def test_a_guided_request_equals_generate_structured_and_always_validates():
+    import json
+
+    import jsonschema
+
+    from course_lib.structured import JSONGuide, generate_structured
+
+    model, tokenizer = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
+                                               "party_size": {"type": "integer", "minimum": 1, "maximum": 12}},
+              "required": ["name", "party_size"], "additionalProperties": False}
+    guide = JSONGuide(schema, tokenizer)
+    prompts = [[{"role": "user", "content": f"Extract the booking as JSON: Reservation for {name}: {n} guests, "
+                                            "Friday, 19:30."}] for name, n in (("Okafor", 4), ("Patel", 2))]
+    engine = Engine(model, tokenizer)
+    greedy = SamplingParams(temperature=0, max_new_tokens=60)
+    for prompt, completion in zip(prompts, engine.generate(prompts, greedy, guide=guide)):
+        reference = generate_structured(model, tokenizer, prompt, guide=guide, params=greedy)
+        assert completion.token_ids == reference.token_ids and completion.text == reference.text
+    hot = [SamplingParams(temperature=1.5, max_new_tokens=60, seed=s) for s in range(12)]
+    for completion in engine.generate(prompts[:1] * 12, hot, guide=guide):
+        if completion.finish_reason == "stop":
+            jsonschema.validate(json.loads(completion.text), schema)
+        else:
+            assert completion.finish_reason == "length"
+    assert engine.stats().num_used_blocks == 0
+    with pytest.raises(ValueError, match="stop strings"):
+        engine.add_request(prompts[0], SamplingParams(stop=("}",)), guide=guide)
+    with pytest.raises(TypeError, match="RegexGuide"):
+        engine.add_request(prompts[0], greedy, guide="{}")
