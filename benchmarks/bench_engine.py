@@ -9,7 +9,9 @@ On the shipped tinychat, greedy, the same held-out requests (mixed prompt and re
 It prints output tokens per second for each and the engine's ratio to each (goals: >= 4x
 sequential, >= 1.5x static, >= 2x HF). Then time to first token for requests that share a
 long system prompt, prefix caching on vs off (goal >= 5x).
-Speculative decoding, int8 and batch-invariant figures are not in the engine yet.
+Then int8 weight-only quantization served by the same engine: weight bytes (goal <= 0.3x of the
+linear layers), tokens/s, and held-out greedy accuracy against fp32. Speculative decoding and
+batch-invariant figures are not in the engine yet.
 
     python benchmarks/bench_engine.py [--requests 64] [--threads 2]
 """
@@ -95,6 +97,29 @@ def prefix_section(model, tokenizer, n_requests: int = 8) -> None:
           f"ratio {results[False] / results[True]:.1f}x (goal >= 5x); hit rate {hit:.0%}")
 
 
+def int8_section(model, tokenizer, per_task: int = 20) -> None:
+    from course_lib.evaluate import SCORERS
+    from course_lib.serving import quantize_int8, weight_bytes
+
+    def linear(m) -> int:  # bytes of the layers int8 replaces (embeddings and norms stay fp32)
+        return sum(weight_bytes(x) for x in m.modules() if type(x).__name__ in ("Linear", "Int8Linear"))
+
+    quantized = quantize_int8(model)
+    conversations = heldout_split(per_task)
+    prompts = [c.prompt_messages for c in conversations]
+    params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
+    print(f"\nint8 weights (per-output-channel scales), {len(prompts)} held-out requests through the engine")
+    print(f"  linear-layer bytes: int8 {linear(quantized):,} vs fp32 {linear(model):,} = "
+          f"{linear(quantized) / linear(model):.3f}x (goal <= 0.3x); whole model "
+          f"{weight_bytes(quantized) / weight_bytes(model):.3f}x")
+    for name, m in (("fp32", model), ("int8", quantized)):
+        out, seconds = timed(lambda: Engine(m, tokenizer).generate(prompts, params))
+        solved = sum(SCORERS[c.task](o.text, c.expected) for c, o in zip(conversations, out))
+        tokens = sum(len(o.token_ids) for o in out)
+        print(f"  {name}: {tokens / seconds:.0f} tokens/s, solved {solved}/{len(prompts)} "
+              f"({100 * solved / len(prompts):.1f}%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=64)
@@ -105,6 +130,7 @@ def main() -> None:
     print(f"tinychat on CPU, {args.threads} thread(s)")
     throughput_section(model, tokenizer, args.requests)
     prefix_section(model, tokenizer)
+    int8_section(model, tokenizer)
 
 
 if __name__ == "__main__":
