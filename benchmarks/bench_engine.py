@@ -2,8 +2,8 @@
 
 On the shipped tinychat, greedy, the same held-out requests (mixed prompt and reply lengths):
   sequential   course_lib.sampling.generate, one request at a time (batch 1)
-  static       course_lib.evaluate.generate_replies: prompts of equal length batched together,
-               each batch decoded until its longest reply ends (no new request joins a batch)
+  static       prompts of equal length batched together (no padding needed), each batch decoded
+               until its longest reply ends; no request joins a batch once it started
   hf           Hugging Face generate on the same weights (to_hf_llama), one left-padded batch
   engine       course_lib.serving.Engine: continuous batching over paged KV blocks
 It prints output tokens per second for each and the engine's ratio to each (goals: >= 4x
@@ -23,7 +23,7 @@ import time
 import torch
 
 from course_lib.data.corpus import heldout_split
-from course_lib.evaluate import generate_replies
+from course_lib.model.generate import decode_step, prefill
 from course_lib.model import load_model, load_tokenizer
 from course_lib.model.hf import to_hf_llama
 from course_lib.sampling import SamplingParams, generate
@@ -40,6 +40,31 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
+@torch.no_grad()
+def static_batches(model, tokenizer, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+    """Static batching: equal-length prompts prefilled together, decoded until all have ended."""
+    eos = torch.tensor(default_eos_ids(tokenizer))
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompts):
+        by_length.setdefault(len(ids), []).append(i)
+    replies: list[list[int]] = [[] for _ in prompts]
+    for length, rows in sorted(by_length.items()):
+        steps = min(max_new, model.config.max_seq_len - length)
+        cache = model.new_cache(len(rows), length + steps)
+        logits = prefill(model, torch.tensor([prompts[i] for i in rows]), cache)       # (B, V)
+        done = torch.zeros(len(rows), dtype=torch.bool)                                  # (B,)
+        for step in range(steps):
+            token = logits.argmax(-1)                                                   # (B,)
+            for row, t in zip(rows, token.tolist()):
+                if not done[rows.index(row)]:
+                    replies[row].append(t)
+            done |= torch.isin(token, eos)
+            if bool(done.all()) or step == steps - 1:
+                break
+            logits = decode_step(model, token[:, None], cache)                           # (B, V)
+    return replies
+
+
 def throughput_section(model, tokenizer, n_requests: int) -> None:
     conversations = heldout_split(n_requests // 5 + 1)[:n_requests]
     prompts = [c.prompt_messages for c in conversations]
@@ -48,7 +73,9 @@ def throughput_section(model, tokenizer, n_requests: int) -> None:
     tokens = sum(len(c.token_ids) for c in engine_out)
     sequential, sequential_s = timed(lambda: [generate(model, tokenizer, p, params) for p in prompts])
     assert [c.token_ids for c in engine_out] == [r.token_ids for r in sequential], "engine != batch-1 greedy"
-    _, static_s = timed(lambda: generate_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW))
+    static, static_s = timed(lambda: static_batches(model, tokenizer, [encode_chat(tokenizer, p) for p in prompts],
+                                                    MAX_NEW))
+    assert static == [list(c.token_ids) for c in engine_out], "static batches != engine greedy"
 
     hf = to_hf_llama(model).eval()
     ids = [encode_chat(tokenizer, p) for p in prompts]

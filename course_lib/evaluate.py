@@ -33,8 +33,8 @@ import torch
 from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus,
                                    heldout_split)
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
-from course_lib.sampling import SamplingParams, sample_next_token
-from course_lib.tokenization.chat_template import END, END_OF_TEXT, TOOL_CALL, encode_chat, render_chat
+from course_lib.sampling import SamplingParams
+from course_lib.tokenization.chat_template import TOOL_CALL, render_chat
 
 # task -> (what the score means, the greedy accuracy the shipped model must reach or None)
 TARGETS: dict[str, tuple[str, float | None]] = {
@@ -121,50 +121,27 @@ def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *,
                      generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
     """Each conversation's graded reply as the model writes it (greedy when temperature is 0).
 
-    Prompts of equal token length run together as one batch (no padding needed): prefill them,
-    then decode one token per step, sampling from softmax(logits / temperature) with the given
-    generator (``course_lib.sampling``'s sampler), until every row has produced ``<|end|>`` or
-    ``max_new_tokens`` tokens.
+    Every conversation is one request to the serving engine (``course_lib.serving.Engine``),
+    which batches them continuously until each has produced an end token or
+    ``max_new_tokens`` tokens. Sampling draws from softmax(logits / temperature), the raw
+    tempered distribution; each request gets its own seed, drawn from ``generator``, so a
+    reply does not depend on which others share its batch.
     """
+    from course_lib.serving import Engine  # the engine imports this package's siblings, not this module
+
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if temperature > 0 and generator is None:
         raise ValueError("sampling needs an explicit torch.Generator (seeded) so results can be reproduced")
-    # The reply ends at <|end|>; <|endoftext|> also ends it (course_lib.sampling does the same).
-    stop_ids = [tokenizer.special_tokens[t] for t in (END, END_OF_TEXT) if t in tokenizer.special_tokens]
-    prompts = [encode_chat(tokenizer, c.prompt_messages) for c in conversations]
-    by_length: dict[int, list[int]] = {}
-    for i, ids in enumerate(prompts):
-        by_length.setdefault(len(ids), []).append(i)
-    replies: list[str] = [""] * len(prompts)
-    for length in sorted(by_length):
-        rows = by_length[length]
-        ids = torch.tensor([prompts[i] for i in rows], device=model.device)  # (B, T)
-        steps = min(max_new_tokens, model.config.max_seq_len - length)
-        cache = model.new_cache(len(rows), length + steps)
-        logits = model(ids, cache=cache)[:, -1, :]  # (B, V)
-        out = []
-        done = torch.zeros(len(rows), dtype=torch.bool, device=model.device)
-        for step in range(steps):
-            nxt = _pick(logits, temperature, generator)  # (B, 1)
-            out.append(nxt)
-            done |= torch.isin(nxt[:, 0], torch.tensor(stop_ids, device=nxt.device))
-            if bool(done.all()) or step == steps - 1:
-                break
-            logits = model(nxt, cache=cache)[:, -1, :]  # (B, V)
-        tokens = torch.cat(out, dim=1).tolist()  # (B, steps taken)
-        for row, seq in zip(rows, tokens):
-            cut = next((k for k, token in enumerate(seq) if token in stop_ids), len(seq))
-            seq = seq[:cut]
-            replies[row] = tokenizer.decode(seq)
-    return replies
-
-
-def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    """(B, V) logits -> (B, 1) next ids with the course sampler: argmax at T = 0, else one seeded
-    draw per row from softmax(logits / T) (no top-k/top-p: the raw tempered distribution)."""
-    params = SamplingParams(temperature=temperature)
-    return sample_next_token(logits, params, None if params.greedy else generator).unsqueeze(-1)  # (B, 1)
+    if temperature == 0:
+        params = [SamplingParams(temperature=0, max_new_tokens=max_new_tokens)] * len(conversations)
+    else:
+        seeds = torch.randint(0, 2**62, (len(conversations),), generator=generator).tolist()
+        params = [SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed) for seed in seeds]
+    if not conversations:
+        return []
+    engine = Engine(model, tokenizer, max_num_seqs=min(64, len(conversations)))
+    return [c.text for c in engine.generate([c.prompt_messages for c in conversations], params)]
 
 
 # ---------------------------------------------------------------- the report
