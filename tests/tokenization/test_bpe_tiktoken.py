@@ -9,6 +9,10 @@ from tests.tokenization.tokenization_corpus import wide_corpus
 
 CORPUS = wide_corpus()
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Characters unassigned in Python's Unicode database are left out: the `regex` module and
+# tiktoken's Rust engine class some of them differently (a known, pinned difference: see
+# test_unicode_versions.py), so there the IDs are expected to differ.
+ASSIGNED_TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs", "Cn")))
 
 
 @pytest.mark.parametrize("name,text", CORPUS, ids=[name for name, _ in CORPUS])
@@ -39,7 +43,7 @@ def test_every_token_encodes_to_itself(course_tokenizers, tiktoken_encodings):
 
 
 @PROPERTY
-@given(text=st.text())
+@given(text=ASSIGNED_TEXT)
 def test_arbitrary_unicode_matches_tiktoken(pair, text):
     tok, enc = pair
     ids = tok.encode_ordinary(text)
