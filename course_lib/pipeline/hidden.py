@@ -185,6 +185,18 @@ class Once:
         return self.value
 
 
+def item(index, replay):
+    """A check's getter for ``replay()[index]``: one part of a shared (``Once``) answer, or the
+    answer itself when it cannot be indexed, so the check that reads it fails with what came back."""
+    def get():
+        value = replay()
+        try:
+            return value[index]
+        except Exception:  # a wrong kind of value
+            return value
+    return get
+
+
 class LocalLearner(LearnerAPI):
     """The grading contract in-process: the answers live in ``namespace``; values cross
     through the same plain-data codec as in grading, so tests here mean the same there."""

@@ -14,6 +14,7 @@ import random
 
 import torch
 
+from course_lib.pipeline.hidden import item as _item
 from course_lib.pipeline.learner import LearnerRaised, LearnerRefused, LearnerUnavailable
 
 REFERENCES = (
@@ -69,17 +70,6 @@ def _once(call):
             raise failure
         return again
     return lambda: value
-
-
-def _item(index, replay):
-    """``replay()[index]``, or the replayed value itself when it cannot be indexed."""
-    def get():
-        value = replay()
-        try:
-            return value[index]
-        except Exception:  # a wrong kind of value: the check that reads it fails
-            return value
-    return get
 
 
 # The input tensor is built in the learner's kernel, so we can look at it after the call.
