@@ -6,7 +6,8 @@
 
 Stages, in the order notebook 00 lists them: template, tokenize, prefill (the whole prompt
 in one forward pass; sets time to first token), decode (one token per step over the KV
-cache, greedy), detokenize, validate (a caller-supplied check on the final text).
+cache, greedy), detokenize, validate (a caller-supplied check on the final text). Prefill and
+decode are the serving engine's steps (``course_lib.serving.Engine``), one request alone.
 """
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course_lib.model.generate import decode_step, prefill
-from course_lib.tokenization.chat_template import END, END_OF_TEXT, encode_chat, render_chat
+from course_lib.kv_memory.paging import blocks_needed
+from course_lib.sampling.params import SamplingParams
+from course_lib.serving.engine import Engine
+from course_lib.tokenization.chat_template import encode_chat, render_chat
 
 
 @dataclass(frozen=True)
@@ -76,25 +79,21 @@ def trace_request(model, tokenizer, messages: Sequence[Mapping[str, str]], *, ma
         raise ValueError(f"{len(ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed the context "
                          f"window of {limit}; shorten the conversation or ask for fewer tokens")
 
-    stop_ids = {tokenizer.encode(t, allowed_special={t})[0] for t in (END, END_OF_TEXT)}
     device = model.device
+    engine = Engine(model, tokenizer, max_num_seqs=1, prefix_caching=False,
+                    num_blocks=blocks_needed(len(ids) + max_new_tokens, 16))
+    engine.add_request(ids, SamplingParams(temperature=0, max_new_tokens=max_new_tokens))
     start = clock()
-    cache = model.new_cache(1, len(ids) + max_new_tokens)
-    logits = prefill(model, torch.tensor([ids], device=device), cache)  # (1, V)
-    next_id = int(logits.argmax(-1))
+    (first,) = engine.step()  # the whole prompt in one pass, then the first token
     _sync(device)
     stages.append(StageTiming("prefill", clock() - start, f"{len(ids)} tokens in one pass -> first token"))
 
     start = clock()
-    new_ids, finish = [next_id], "length"
-    while True:
-        if new_ids[-1] in stop_ids:
-            finish = "stop"
-            break
-        if len(new_ids) >= max_new_tokens:
-            break
-        logits = decode_step(model, torch.tensor([[new_ids[-1]]], device=device), cache)  # (1, V)
-        new_ids.append(int(logits.argmax(-1)))
+    new_ids, last = list(first.token_ids), first
+    while not last.finished:
+        (last,) = engine.step()  # one token per pass, reading the KV cache
+        new_ids += last.token_ids
+    finish = last.finish_reason
     _sync(device)
     stages.append(StageTiming("decode", clock() - start, f"{len(new_ids) - 1} more tokens, one per step"))
 

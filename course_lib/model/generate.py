@@ -5,7 +5,10 @@
     next_id = logits.argmax(-1, keepdim=True)             # (1, 1)
     logits = decode_step(model, next_id, cache)           # one new position, attends to the cache
 
-The sampling code reuses prefill and decode_step and swaps the argmax for its own rule.
+Those two are the steps notebook 03 takes by hand. ``greedy_generate`` runs the serving engine
+(``course_lib.serving.Engine``, the course's one decode loop) on a single prompt; only its
+``use_cache=False`` reference, which recomputes the whole sequence every step, stays here as
+the slow baseline the cache is measured against.
 """
 from __future__ import annotations
 
@@ -80,20 +83,19 @@ def greedy_generate(model, prompt_ids: Sequence[int] | torch.Tensor, max_new_tok
     if max_new_tokens == 0:
         return []
 
-    generated: list[int] = []
     if use_cache:
-        cache = model.new_cache(1, max_seq_len=ids.shape[1] + max_new_tokens)
-        logits = prefill(model, ids, cache)  # (1, V)
-    else:
-        logits = model(ids)[:, -1, :]  # (1, V)
+        from course_lib.sampling.params import SamplingParams  # serving builds on this package
+        from course_lib.serving.engine import Engine
+
+        engine = Engine(model, None, max_num_seqs=1, prefix_caching=False,
+                        num_blocks=-(-(ids.shape[1] + max_new_tokens) // 16))
+        params = SamplingParams(temperature=0, max_new_tokens=max_new_tokens, stop_token_ids=tuple(stop))
+        return list(engine.generate([ids[0].tolist()], params)[0].token_ids)
+    generated: list[int] = []
     while True:
+        logits = model(ids)[:, -1, :]  # (1, V): the whole prefix is recomputed
         next_id = logits.argmax(dim=-1, keepdim=True)  # (1, 1)
-        token = int(next_id)
-        generated.append(token)
-        if token in stop or len(generated) == max_new_tokens:
+        generated.append(int(next_id))
+        if generated[-1] in stop or len(generated) == max_new_tokens:
             return generated
-        if use_cache:
-            logits = decode_step(model, next_id, cache)  # (1, V)
-        else:
-            ids = torch.cat([ids, next_id], dim=1)  # (1, T + 1)
-            logits = model(ids)[:, -1, :]  # (1, V): the whole prefix is recomputed
+        ids = torch.cat([ids, next_id], dim=1)  # (1, T + 1)

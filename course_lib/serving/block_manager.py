@@ -221,10 +221,11 @@ class BlockManager:
 
     # --- decoding ----------------------------------------------------------------------------
 
-    def can_append(self, seq_id: Hashable) -> bool:
-        """Whether ``append_slot`` would succeed now (it needs a block when the last is full)."""
-        needs_block = len(self._seq(seq_id).token_ids) % self.block_size == 0
-        return not needs_block or bool(self._free)
+    def can_append(self, seq_id: Hashable, num_tokens: int = 1) -> bool:
+        """Whether ``num_tokens`` more slots fit now (``append_slot`` once, or ``append_lookahead``)."""
+        seq = self._seq(seq_id)
+        needed = blocks_needed(len(seq.token_ids) + num_tokens, self.block_size) - len(seq.block_table)
+        return needed <= len(self._free)
 
     def append_slot(self, seq_id: Hashable, token_id: int) -> int:
         """Reserve the slot for a just-sampled token and return it (block_id * block_size + offset).
@@ -242,6 +243,36 @@ class BlockManager:
             seq.block_table.append(self._take_free_block())
         seq.token_ids.append(token_id)
         return seq.block_table[-1] * self.block_size + position % self.block_size
+
+    def append_lookahead(self, seq_id: Hashable, token_ids: Sequence[int]) -> None:
+        """Reserve slots for speculative tokens whose KV the next pass writes but which may be
+        rejected: nothing is published (``append_slot`` would offer blocks of guesses to the
+        cache); ``truncate`` drops the rejected ones after verification."""
+        seq = self._seq(seq_id)
+        if not self.can_append(seq_id, len(token_ids)):
+            raise NoFreeBlocksError(f"sequence {seq_id!r} needs blocks for {len(token_ids)} lookahead "
+                                    "tokens and too few are free; speculate less or free a sequence")
+        for token in token_ids:
+            if len(seq.token_ids) % self.block_size == 0:
+                seq.block_table.append(self._take_free_block())
+            seq.token_ids.append(token)
+
+    def truncate(self, seq_id: Hashable, num_tokens: int) -> None:
+        """Keep the sequence's first ``num_tokens`` slots (rejected speculative tokens go); blocks
+        left empty return to the free list. Published (hashed) blocks cannot be cut."""
+        seq = self._seq(seq_id)
+        if not seq.num_hashed * self.block_size <= num_tokens <= len(seq.token_ids):
+            raise ValueError(f"cannot truncate sequence {seq_id!r} to {num_tokens} tokens: it has "
+                             f"{len(seq.token_ids)}, the first {seq.num_hashed * self.block_size} of "
+                             "them published to the prefix cache")
+        del seq.token_ids[num_tokens:]
+        keep = blocks_needed(num_tokens, self.block_size)
+        while len(seq.block_table) > keep:
+            block_id = seq.block_table.pop()
+            block = self._blocks[block_id]
+            block.ref_count -= 1  # a lookahead block is fresh and private: it is now free
+            if block.ref_count == 0:
+                self._free.appendleft(block_id)
 
     def mark_computed(self, seq_id: Hashable, num_tokens: int) -> None:
         """The engine wrote the KV of the sequence's first ``num_tokens`` tokens: publish the full

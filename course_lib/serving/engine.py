@@ -9,11 +9,18 @@
 >>> engine.stats().num_used_blocks                     # every block came back
 0
 
-Each ``step()``: the scheduler picks this pass's tokens (decodes, prefill chunks, admissions;
-see ``scheduler.py``) -> the model runner computes them over the paged KV pool -> each
-sampling request draws its token with its own params and generator -> the scheduler records
-the tokens (end tokens and max_tokens finish requests) -> stop strings are matched in the
-decoded text -> one ``RequestOutput`` per request that gained a token.
+Each ``step()``: with ``speculative`` on, the proposer guesses the next k tokens of every
+decoding request (``drafting.py``) -> the scheduler picks this pass's tokens (decodes with
+their guesses, prefill chunks, admissions; see ``scheduler.py``) -> the model runner computes
+them over the paged KV pool -> each sampling request draws its token with its own params and
+generator, or keeps the guesses the target agrees with (``speculative.py``) -> the scheduler
+records the tokens (end tokens and max_tokens finish requests) -> stop strings are matched in
+the decoded text -> one ``RequestOutput`` per request that gained tokens.
+
+The end of a reply is decided in one place: the tokenizer's end tokens
+(``end_token_ids``), the request's ``stop_token_ids`` and ``max_tokens`` in the scheduler, stop
+strings here. Without a tokenizer the engine works on token ids alone (no text, no end tokens
+unless a request names them).
 
 Memory is derived, not guessed: by default the pool holds ``max_num_seqs`` full context
 windows, ``max_num_seqs * ceil(max_seq_len / block_size)`` blocks (tinychat: 32 * 32 = 1024
@@ -27,25 +34,28 @@ from collections.abc import Hashable, Iterator, Sequence
 import torch
 
 from course_lib.kv_memory.paging import blocks_needed
-from course_lib.sampling.generate import default_eos_ids, encode_prompt
 from course_lib.sampling.params import SamplingParams
+from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.block_manager import BlockManager, BlockManagerStats
-from course_lib.serving.model_runner import Chunk, ModelRunner, build_batch
+from course_lib.serving.drafting import DraftInput, make_proposer
+from course_lib.serving.model_runner import Chunk, ModelRunner
 from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows
 from course_lib.serving.scheduler import Scheduler
 from course_lib.serving.sequence import Sequence as SchedSequence
+from course_lib.serving.verify import SpeculativeStats, verify
+from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.validation import positive_int
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "SpeculativeStats"]
 
 
 class Engine:
     """Continuous batching over one model: ``add_request`` / ``step`` / ``abort``, and the
     conveniences ``generate`` (run prompts to completion) and ``stream`` (one request's outputs)."""
 
-    def __init__(self, model, tokenizer, *, block_size: int = 16, num_blocks: int | None = None,
+    def __init__(self, model, tokenizer=None, *, block_size: int = 16, num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_batched_tokens: int = 2048, prefix_caching: bool = True,
-                 device=None):
+                 speculative=None, batch_invariant: bool = False, device=None):
         for attribute in ("config", "embed_tokens", "layers", "rotary"):
             if not hasattr(model, attribute):
                 raise TypeError(f"model must be a course Transformer (it has no .{attribute}); "
@@ -62,8 +72,12 @@ class Engine:
         self.block_manager = BlockManager(num_blocks, block_size, prefix_caching=prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs,
                                    max_batched_tokens=max_batched_tokens)
-        self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size)
-        self.eos_ids = frozenset(default_eos_ids(tokenizer))
+        self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size,
+                                  batch_invariant=batch_invariant)
+        self.proposer = make_proposer(speculative, vocab_size=model.config.vocab_size,
+                                      num_blocks=num_blocks, block_size=block_size, device=model.device)
+        self.speculative_stats = SpeculativeStats()
+        self.eos_ids = frozenset() if tokenizer is None else frozenset(end_token_ids(tokenizer))
         self._requests: dict[Hashable, Request] = {}
         self._ids = itertools.count()
         self._token_bytes: dict[int, bytes] = {}
@@ -72,16 +86,26 @@ class Engine:
     # --- requests ----------------------------------------------------------------------------
 
     def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None,
-                    guide=None) -> Hashable:
+                    guide=None, generator: torch.Generator | None = None,
+                    eos_ids: Sequence[int] | None = None) -> Hashable:
         """Queue a prompt (token ids, a rendered chat string or chat messages); return its id.
 
-        Like ``generate()``, the context window caps the reply: at most
-        ``max_seq_len - len(prompt)`` tokens, then "length". ``guide`` (a
-        ``course_lib.structured`` RegexGuide or JSONGuide) masks every token of this request to
-        its grammar, after the penalties and before temperature and the filters.
+        The context window caps the reply: at most ``max_seq_len - len(prompt)`` tokens, then
+        "length". ``guide`` (a ``course_lib.structured`` RegexGuide or JSONGuide) masks every
+        token of this request to its grammar, after the penalties and before temperature and
+        the filters. ``generator`` replaces the request's own stream (seeded from
+        ``params.seed``); requests given the same one draw from it in turn. ``eos_ids``
+        replaces the tokenizer's end tokens for this request (``()``: none).
         """
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if self.tokenizer is None:
+            if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
+                raise TypeError("this engine has no tokenizer: pass the prompt as token ids, or build "
+                                "the Engine with one")
+            if params.stop:
+                raise ValueError("stop strings need text, and this engine has no tokenizer; use "
+                                 "stop_token_ids, or build the Engine with a tokenizer")
         if guide is not None:
             if not all(hasattr(guide, a) for a in ("masks", "next_state", "initial_state", "eos_id")):
                 raise TypeError(f"guide must be a course_lib.structured RegexGuide or JSONGuide, got "
@@ -93,6 +117,7 @@ class Engine:
                 raise ValueError("stop strings and stop tokens would cut structured output short; the "
                                  "grammar decides where it ends, so leave stop and stop_token_ids empty")
         prompt_ids = encode_prompt(self.tokenizer, prompt)  # raises on an empty or odd prompt
+        ends = self.eos_ids if eos_ids is None else frozenset(_token_ids("eos_ids", eos_ids))
         vocab = self.model.config.vocab_size
         bad = [t for t in prompt_ids if not 0 <= t < vocab]
         if bad:
@@ -107,9 +132,12 @@ class Engine:
         elif request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in flight; give each request a unique id")
         max_tokens = min(params.max_new_tokens, self.window - len(prompt_ids))
-        self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens))  # checks it fits the pool
-        self._requests[request_id] = Request(request_id, prompt_ids, params, vocab_size=vocab,
-                                             device=self.model.device, guide=guide)
+        request = Request(request_id, prompt_ids, params, vocab_size=vocab, device=self.model.device,
+                          guide=guide, generator=generator)
+        stops = ends | set(params.stop_token_ids) if guide is None else {guide.eos_id}
+        # add() checks the request fits the pool; nothing is recorded before it succeeds.
+        self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens, stop_token_ids=stops))
+        self._requests[request_id] = request
         return request_id
 
     def abort(self, request_id: Hashable) -> RequestOutput:
@@ -121,6 +149,8 @@ class Engine:
                              "finished")
         self.scheduler.abort(request_id)
         del self._requests[request_id]
+        if self.proposer is not None:
+            self.proposer.release(request_id)
         return RequestOutput(request_id, (), req.finish_text("abort"), True, "abort")
 
     def has_unfinished(self) -> bool:
@@ -133,46 +163,94 @@ class Engine:
     # --- the loop ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one forward pass; return an output for every request that sampled a token."""
-        out = self.scheduler.schedule()
+        """Run one forward pass; return an output for every request that gained tokens."""
+        drafts = self._propose()
+        out = self.scheduler.schedule({rid: d.tokens for rid, d in drafts.items()})
         while out.is_empty and self.scheduler.has_unfinished():
             # A lone request preempted itself; the next schedule readmits it (see scheduler.py).
             self.num_preemptions += len(out.preempted)
             out = self.scheduler.schedule()
         self.num_preemptions += len(out.preempted)
+        if self.proposer is not None:
+            for seq in out.preempted:
+                self.proposer.release(seq.request_id)
         if out.is_empty:
             return []
         bm = self.block_manager
-        chunks = [Chunk(e.token_ids, e.start, bm.block_table(e.seq.request_id), e.samples)
-                  for e in out.scheduled]
-        logits = self.runner.forward(build_batch(chunks, bm.block_size, device=self.model.device))  # (M, V)
+        chunks = [Chunk(e.token_ids, e.start, bm.block_table(e.seq.request_id), e.samples,
+                        1 + len(e.draft_token_ids)) for e in out.scheduled]
+        logits = self.runner.run(chunks)  # (M, V): one row per sampling chunk, 1 + k per verify
         self.num_steps += 1
         samplers = [e for e in out.scheduled if e.samples]
-        tokens = sample_rows(logits, [self._requests[e.seq.request_id] for e in samplers])
-        sampled = {e.seq.request_id: t for e, t in zip(samplers, tokens)}
-        self.scheduler.update(out, sampled, eos_ids=self.eos_ids)
-        return [self._emit(e.seq, sampled[e.seq.request_id]) for e in samplers]
+        sampled = self._sample(samplers, logits, drafts)
+        sizes = {e.seq.request_id: len(e.seq.output_token_ids) for e in samplers}
+        finished = self.scheduler.update(out, sampled)  # each sequence carries its own end tokens
+        if self.proposer is not None:
+            for seq in finished:
+                self.proposer.release(seq.request_id)
+            for e in samplers:
+                if e.seq.request_id in drafts and not e.seq.is_finished:
+                    self.proposer.verified(e.seq.request_id, e.seq.num_tokens - 1)  # all but the newest
+        return [self._emit(e.seq, e.seq.output_token_ids[sizes[e.seq.request_id]:]) for e in samplers]
 
-    def _emit(self, seq: SchedSequence, token: int) -> RequestOutput:
-        """Record one sampled token: text, stop strings and stop tokens, then the finish reason."""
+    def _propose(self) -> dict:
+        """The proposer's guesses for every running request whose next pass is a decode."""
+        if self.proposer is None:
+            return {}
+        inputs = []
+        for seq in self.scheduler.running:
+            req = self._requests[seq.request_id]
+            if not seq.is_prefill and req.guide is None:  # grammar-guided requests decode plainly
+                inputs.append(DraftInput(seq.request_id, seq.token_ids, req.params, req.generator))
+        return self.proposer.propose(inputs)
+
+    def _sample(self, samplers, logits: torch.Tensor, drafts: dict) -> dict:
+        """{request id: token} for plain rows (one batched sampling call), {request id: [tokens]}
+        for verify rows (the accepted guesses and the target's own token)."""
+        plain_rows, plain, sampled = [], [], {}
+        row = 0
+        for e in samplers:
+            rid = e.seq.request_id
+            n = 1 + len(e.draft_token_ids)
+            if e.draft_token_ids:
+                tokens = verify(self._requests[rid], logits[row:row + n], e.draft_token_ids, drafts[rid])
+                self.speculative_stats.record(len(e.draft_token_ids), len(tokens) - 1)
+                sampled[rid] = tokens
+            else:
+                plain_rows.append(row)
+                plain.append(e)
+            row += n
+        if plain:
+            rows = logits if len(plain_rows) == logits.shape[0] else logits[plain_rows]
+            tokens = sample_rows(rows, [self._requests[e.seq.request_id] for e in plain])
+            sampled.update((e.seq.request_id, t) for e, t in zip(plain, tokens))
+        return sampled
+
+    def _emit(self, seq: SchedSequence, tokens: list[int]) -> RequestOutput:
+        """Record the tokens the scheduler kept: text, stop strings, then the finish reason."""
         rid = seq.request_id
         req = self._requests[rid]
-        is_end = token in self.eos_ids or token in req.params.stop_token_ids
-        text = req.add_token(token, self._bytes, is_end=is_end)
+        text, kept = "", []
+        for token in tokens:
+            kept.append(token)
+            text += req.add_token(token, self._bytes, is_end=token in seq.stop_token_ids)
+            if req.stopped:
+                break  # a stop string: whatever followed it is dropped
         reason = None
-        if is_end or req.stopped:
-            reason = "stop"  # an end token, a stop token or a stop string, as generate() names them
-            if not seq.is_finished:
-                self.scheduler.finish(rid, "stop")
-        elif seq.is_finished:
-            reason = seq.finish_reason  # "length"
-        if reason is not None:
+        if req.stopped and not seq.is_finished:
+            self.scheduler.finish(rid, "stop")
+            if self.proposer is not None:
+                self.proposer.release(rid)
+        if seq.is_finished:
+            reason = "stop" if req.stopped else seq.finish_reason
             text += req.finish_text(reason)
             reason = "stop" if req.stopped else reason  # the cut's last bytes may complete a stop string
             del self._requests[rid]
-        return RequestOutput(rid, (token,), text, reason is not None, reason)
+        return RequestOutput(rid, tuple(kept), text, reason is not None, reason)
 
     def _bytes(self, token: int) -> bytes:
+        if self.tokenizer is None:
+            return b""
         cached = self._token_bytes.get(token)
         if cached is None:
             cached = self._token_bytes[token] = self.tokenizer.decode_bytes([token])
@@ -181,9 +259,11 @@ class Engine:
     # --- conveniences built on step() --------------------------------------------------------
 
     def generate(self, prompts: Sequence, params: SamplingParams | Sequence[SamplingParams], *,
-                 guide=None) -> list[Completion]:
+                 guide=None, generator: torch.Generator | None = None,
+                 eos_ids: Sequence[int] | None = None) -> list[Completion]:
         """Run every prompt to completion, batched; completions in the prompts' order (each
-        under ``guide``'s grammar when one is given)."""
+        under ``guide``'s grammar when one is given; ``generator`` and ``eos_ids`` as in
+        ``add_request``, shared by all of them)."""
         self._check_idle("generate")
         if isinstance(prompts, (str, torch.Tensor)) or (prompts and isinstance(prompts[0], (int, dict))):
             raise TypeError("generate takes a list of prompts; wrap a single prompt in a list")
@@ -194,12 +274,12 @@ class Engine:
         ids = []
         try:
             for prompt, p in zip(prompts, params_list):
-                ids.append(self.add_request(prompt, p, guide=guide))
+                ids.append(self.add_request(prompt, p, guide=guide, generator=generator, eos_ids=eos_ids))
         except Exception:
             for rid in ids:
                 self.abort(rid)
             raise
-        prompt_ids = {rid: tuple(self._requests[rid].prompt_ids) for rid in ids}
+        requests = {rid: self._requests[rid] for rid in ids}
         tokens = {rid: [] for rid in ids}
         texts = {rid: [] for rid in ids}
         reasons = {}
@@ -209,7 +289,8 @@ class Engine:
                 texts[o.request_id].append(o.text)
                 if o.finished:
                     reasons[o.request_id] = o.finish_reason
-        return [Completion("".join(texts[r]), tuple(tokens[r]), reasons[r], prompt_ids[r]) for r in ids]
+        return [Completion("".join(texts[r]), tuple(tokens[r]), reasons[r], tuple(requests[r].prompt_ids),
+                           requests[r].matcher.matched) for r in ids]
 
     def stream(self, prompt, params: SamplingParams) -> Iterator[RequestOutput]:
         """Yield one request's outputs as they come; closing the generator early aborts it."""
@@ -235,3 +316,10 @@ class Engine:
         bm = self.block_manager
         return (f"Engine(blocks={bm.num_blocks}x{bm.block_size}, free={bm.num_free_blocks}, "
                 f"{self.scheduler!r})")
+
+
+def _token_ids(name: str, ids) -> list[int]:
+    ids = list(ids)
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise ValueError(f"{name} must be non-negative token ids, got {ids[:5]}")
+    return ids

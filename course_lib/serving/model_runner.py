@@ -42,6 +42,7 @@ class Chunk:
     start: int                 # tokens before it already have KV in the pool (cached or computed)
     block_table: Sequence[int] # the sequence's blocks, covering at least start + len positions
     sample: bool               # return logits for its last token
+    num_logits: int = 1        # ... or for its last n tokens (a speculative verify pass scores each draft)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ def build_batch(chunks: Sequence[Chunk], block_size: int, *, device=None) -> Rag
         padded.append([first + t if t < n else 0 for t in range(max_q)])
         flat.extend(b * max_q + t for t in range(n))
         if c.sample:
-            logit_rows.append(len(tokens) - 1)
+            if not 1 <= c.num_logits <= n:
+                raise ValueError(f"chunk {b} asks for logits of its last {c.num_logits} tokens but has {n}")
+            logit_rows.extend(range(len(tokens) - c.num_logits, len(tokens)))
 
     def long(values):
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -104,18 +107,40 @@ def build_batch(chunks: Sequence[Chunk], block_size: int, *, device=None) -> Rag
 
 
 class ModelRunner:
-    """The model's weights plus a ``KVPool`` shaped for it; ``forward(batch)`` -> logits (M, V).
+    """The model's weights plus a ``KVPool`` shaped for it; ``run(chunks)`` -> logits (M, V).
 
     The runner reads the Transformer's own modules (norms, projections, MLPs, rotary tables),
     so it holds no copy of any weight and follows the model wherever its weights change.
+
+    ``batch_invariant=True`` computes every token in a pass of its own, so each matrix
+    multiply has the same shape whatever else is in the batch, however the prompt was chunked
+    and whichever prefix came from the cache: a token's logits then depend only on its own
+    sequence, bit for bit. The price is the batching itself (see bench_engine).
     """
 
-    def __init__(self, model, *, num_blocks: int, block_size: int):
+    def __init__(self, model, *, num_blocks: int, block_size: int, batch_invariant: bool = False):
         cfg = model.config
         self.model = model
         self.block_size = block_size
+        self.batch_invariant = batch_invariant
         self.pool = KVPool(cfg.n_layers, num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim,
                            device=model.device, dtype=model.dtype)
+
+    def run(self, chunks: Sequence[Chunk]) -> torch.Tensor:
+        """One scheduled pass: the chunks' KV into the pool, logits (M, V) of their sampling rows."""
+        device = self.model.device
+        if not self.batch_invariant:
+            return self.forward(build_batch(chunks, self.block_size, device=device))
+        rows = []
+        for c in chunks:  # token by token, in order, so each reads the KV its predecessors wrote
+            n = len(c.token_ids)
+            for t, token in enumerate(c.token_ids):
+                wanted = c.sample and t >= n - c.num_logits
+                logits = self.forward(build_batch([Chunk([token], c.start + t, c.block_table, True)],
+                                                  self.block_size, device=device))  # (1, V)
+                if wanted:
+                    rows.append(logits)
+        return torch.cat(rows) if rows else torch.empty(0, self.model.config.vocab_size, device=device)
 
     @torch.inference_mode()
     def forward(self, batch: RaggedBatch) -> torch.Tensor:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from course_lib.sampling.params import SamplingParams
+from course_lib.sampling.result import Completion
 from course_lib.sampling.processors import token_counts
 from course_lib.sampling.sampler import sample_next_token
 from course_lib.sampling.stops import StopSequenceMatcher
@@ -42,29 +43,22 @@ class RequestOutput:
     finish_reason: FinishReason | None  # "stop", "length" or "abort" once finished
 
 
-@dataclass(frozen=True)
-class Completion:
-    """A finished request, as ``Engine.generate`` returns it (the fields of ``GenerationResult``)."""
-
-    text: str                    # decoded output, stop string and end token removed
-    token_ids: tuple[int, ...]   # every sampled token, including the one that ended generation
-    finish_reason: FinishReason
-    prompt_ids: tuple[int, ...]
-
-
 class Request:
     """Sampling stream, penalty counts, incremental decoder and stop matcher of one request."""
 
     def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
-                 vocab_size: int, device=None, guide=None):
+                 vocab_size: int, device=None, guide=None, generator: torch.Generator | None = None):
         self.request_id, self.prompt_ids, self.params = request_id, prompt_ids, params
         # A structured-output guide (course_lib.structured) and this request's state in it.
         self.guide, self.guide_state = guide, (None if guide is None else guide.initial_state)
         self.vocab_size = vocab_size
         self.output_ids: list[int] = []
-        # One generator per request, so its draws never depend on who shares the batch.
-        self.generator: torch.Generator | None = None
-        if not params.greedy:
+        # One generator per request, so its draws never depend on who shares the batch. A
+        # caller may pass its own (several requests sharing one draw from it in batch order).
+        self.generator: torch.Generator | None = generator
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if generator is None and not params.greedy:
             self.generator = torch.Generator()
             if params.seed is None:
                 self.generator.seed()  # unseeded sampling is meant to vary

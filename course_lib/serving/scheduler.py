@@ -27,7 +27,9 @@ Rules of ``schedule()``, in the order it applies them (vLLM v1 style, FCFS):
    slot is reserved now with ``append_slot``; if that needs a block and none is free, the
    NEWEST running sequence is preempted, repeatedly until one is free (when the newest is the
    growing one, it is preempted itself). ``max_batched_tokens >= max_num_seqs`` guarantees the
-   budget covers every decode.
+   budget covers every decode. With speculative decoding, a decode also carries its drafts
+   (``schedule(drafts)``) as far as the budget left after all decodes, its ``max_tokens`` and
+   the free blocks allow; their slots are lookahead slots, and drafting never preempts.
 2. Running prefills next, oldest first: each gets ``min(tokens left, budget left,
    chunk_size)`` tokens (chunked prefill); a chunk that does not end the sequence samples
    nothing. Their blocks were all reserved at admission.
@@ -83,6 +85,7 @@ class ScheduledSeq:
     start: int            # first position computed this pass (seq.num_computed_tokens when scheduled)
     num_new_tokens: int   # positions start .. start + num_new_tokens - 1
     samples: bool         # the chunk ends the sequence's tokens: sample one token from its last logits
+    draft_token_ids: tuple[int, ...] = ()  # speculative guesses after the newest sample, to verify
 
     @property
     def stop(self) -> int:
@@ -94,12 +97,15 @@ class ScheduledSeq:
 
     @property
     def token_ids(self) -> list[int]:
-        """The pass's input tokens for this sequence."""
+        """The pass's input tokens for this sequence (a verify pass: the newest sample, then the drafts)."""
+        if self.draft_token_ids:
+            return [self.seq.output_token_ids[-1], *self.draft_token_ids]
         return self.seq.token_ids[self.start:self.stop]
 
     def __repr__(self) -> str:
+        drafts = f", {len(self.draft_token_ids)} drafts" if self.draft_token_ids else ""
         return (f"ScheduledSeq({self.seq.request_id!r}, positions {self.start}..{self.stop - 1}"
-                f"{', samples' if self.samples else ''})")
+                f"{', samples' if self.samples else ''}{drafts})")
 
 
 @dataclass(frozen=True)
@@ -168,11 +174,15 @@ class Scheduler:
         self.waiting.append(seq)
         self._live[seq.request_id] = seq
 
-    def schedule(self) -> SchedulerOutput:
-        """Plan one forward pass (rules in the module docstring)."""
+    def schedule(self, drafts: Mapping[Hashable, list[int]] | None = None) -> SchedulerOutput:
+        """Plan one forward pass (rules in the module docstring). ``drafts`` maps a decoding
+        request to speculative tokens to verify in the same pass (speculative decoding)."""
         bm, budget = self.block_manager, self.max_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
+        drafts = drafts or {}
+        # Budget left over once every decode has its one token; drafts share it, oldest first.
+        spare = budget - sum(1 for seq in self.running if not seq.is_prefill)
 
         # 1. Decodes. Victims come from the end of `running`, never from before index i, so
         #    nothing already scheduled is ever preempted.
@@ -193,8 +203,12 @@ class Scheduler:
                 if seq.status is not _RUNNING:
                     break  # it was the newest, so nobody after it is left
                 bm.append_slot(rid, seq.output_token_ids[-1])
-            scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1, True))
-            budget -= 1
+            guesses = self._fit_drafts(seq, drafts.get(rid, ()), spare)
+            if guesses:
+                bm.append_lookahead(rid, guesses)
+                spare -= len(guesses)
+            scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, 1 + len(guesses), True, guesses))
+            budget -= 1 + len(guesses)
 
         # 2. Prefills already running, oldest first.
         for seq in self.running:
@@ -222,13 +236,17 @@ class Scheduler:
 
         return SchedulerOutput(scheduled, preempted)
 
-    def update(self, output: SchedulerOutput, sampled: Mapping[Hashable, int | None], *,
+    def update(self, output: SchedulerOutput, sampled: Mapping[Hashable, int | list[int] | None], *,
                eos_ids: Collection[int] = ()) -> list[Sequence]:
         """Record a finished pass: advance each entry's computed count, append the token sampled
         for entries that ``samples`` (``sampled[request_id]``; others may be absent or None),
         finish sequences that sampled an eos id ("stop") or reached max_tokens ("length") and
         free their blocks. Entries aborted since ``schedule()`` are skipped. Returns the
-        sequences finished here. Checks everything first, so a bad call changes nothing."""
+        sequences finished here. Checks everything first, so a bad call changes nothing.
+
+        A verify entry (with ``draft_token_ids``) takes a list instead: the accepted drafts (a
+        prefix of them) then the token the target chose; the rejected drafts' slots are given
+        back. Tokens after one that finishes the sequence are dropped."""
         for e in output.scheduled:
             seq = e.seq
             if seq.is_finished:
@@ -237,6 +255,9 @@ class Scheduler:
                 raise ValueError(f"request {seq.request_id!r} has moved on since this output was "
                                  "scheduled; call update() once per schedule(), in order")
             token = sampled.get(seq.request_id)
+            if e.draft_token_ids:
+                _check_verified(seq.request_id, e.draft_token_ids, token)
+                continue
             if e.samples and (isinstance(token, bool) or not isinstance(token, int)):
                 raise ValueError(f"request {seq.request_id!r} reached its last token this pass, so it "
                                  "needs a sampled token id (an int: .item() or .tolist() a tensor), "
@@ -249,19 +270,26 @@ class Scheduler:
             seq = e.seq
             if seq.is_finished:
                 continue
-            seq.num_computed_tokens += e.num_new_tokens
+            tokens = sampled.get(seq.request_id)
+            if e.draft_token_ids:  # only the accepted drafts' KV is kept
+                seq.num_computed_tokens += len(tokens)
+                self.block_manager.truncate(seq.request_id, seq.num_computed_tokens)
+            else:
+                seq.num_computed_tokens += e.num_new_tokens
+                tokens = [tokens]
             self.block_manager.mark_computed(seq.request_id, seq.num_computed_tokens)  # offer written blocks
             if not e.samples:
                 continue
-            token = sampled[seq.request_id]
-            seq.output_token_ids.append(token)
-            if token in eos_ids:
-                self._finish(seq, "stop")
-            elif len(seq.output_token_ids) >= seq.max_tokens:
-                self._finish(seq, "length")
-            else:
-                continue
-            finished.append(seq)
+            for token in tokens:
+                seq.output_token_ids.append(token)
+                if token in eos_ids or token in seq.stop_token_ids:
+                    self._finish(seq, "stop")
+                elif len(seq.output_token_ids) >= seq.max_tokens:
+                    self._finish(seq, "length")
+                else:
+                    continue
+                finished.append(seq)
+                break
         return finished
 
     def abort(self, request_id: Hashable) -> Sequence:
@@ -280,6 +308,14 @@ class Scheduler:
         return seq
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _fit_drafts(self, seq: Sequence, guesses: list[int], spare: int) -> tuple[int, ...]:
+        """The drafts worth verifying: within the spare budget, the request's token limit and the
+        free blocks. Speculation never preempts anyone; short of room, it guesses less."""
+        room = min(len(guesses), spare, seq.max_tokens - len(seq.output_token_ids) - 1)
+        while room > 0 and not self.block_manager.can_append(seq.request_id, room):
+            room -= 1
+        return tuple(guesses[:max(room, 0)])
 
     def _chunk(self, seq: Sequence, budget: int) -> ScheduledSeq:
         n = min(seq.num_uncomputed, budget)
@@ -309,3 +345,16 @@ class Scheduler:
         return (f"Scheduler(waiting={len(self.waiting)}, running={len(self.running)}, "
                 f"max_num_seqs={self.max_num_seqs}, max_batched_tokens={self.max_batched_tokens}, "
                 f"chunk_size={self.chunk_size})")
+
+
+def _check_verified(request_id: Hashable, drafts: tuple[int, ...], tokens) -> None:
+    """A verify entry's result: the accepted drafts (a prefix of them) then one chosen token."""
+    ok = (isinstance(tokens, (list, tuple)) and 1 <= len(tokens) <= len(drafts) + 1
+          and all(isinstance(t, int) and not isinstance(t, bool) for t in tokens))
+    if not ok:
+        raise ValueError(f"request {request_id!r} verified {len(drafts)} drafts this pass, so it needs "
+                         f"a list of 1..{len(drafts) + 1} token ids (accepted drafts, then the target's "
+                         f"token), got {tokens!r}")
+    if list(tokens[:-1]) != list(drafts[:len(tokens) - 1]):
+        raise ValueError(f"request {request_id!r}: the accepted tokens {list(tokens[:-1])} are not a "
+                         f"prefix of the drafts {list(drafts)}")

@@ -16,7 +16,7 @@ left to compute", not only "the prompt is unfinished".
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Sequence as TokenIds
+from collections.abc import Collection, Hashable, Sequence as TokenIds
 from typing import Literal
 
 from course_lib.validation import positive_int
@@ -36,9 +36,11 @@ class Sequence:
     """A request's state. The scheduler owns the counters; the engine reads them."""
 
     __slots__ = ("request_id", "prompt_token_ids", "output_token_ids", "max_tokens", "status",
-                 "num_computed_tokens", "num_cached_tokens", "arrival", "finish_reason", "num_preemptions")
+                 "num_computed_tokens", "num_cached_tokens", "arrival", "finish_reason", "num_preemptions",
+                 "stop_token_ids")
 
-    def __init__(self, request_id: Hashable, prompt_token_ids: TokenIds[int], max_tokens: int):
+    def __init__(self, request_id: Hashable, prompt_token_ids: TokenIds[int], max_tokens: int, *,
+                 stop_token_ids: Collection[int] = ()):
         prompt = list(prompt_token_ids)
         if not prompt:
             raise ValueError(f"request {request_id!r} has an empty prompt; pass at least one token "
@@ -57,6 +59,9 @@ class Sequence:
         self.arrival = -1              # order of Scheduler.add; set there (-1: not added yet)
         self.finish_reason: FinishReason | None = None
         self.num_preemptions = 0
+        # Tokens that end this request with "stop" (its end tokens and stop tokens), on top of
+        # the eos_ids the scheduler is given.
+        self.stop_token_ids = frozenset(stop_token_ids)
 
     @property
     def token_ids(self) -> list[int]:

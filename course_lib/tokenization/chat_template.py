@@ -34,6 +34,29 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 )
 
 
+def end_token_ids(tokenizer) -> tuple[int, ...]:
+    """IDs of the template's end tokens (``<|end|>``, ``<|endoftext|>``) this tokenizer has.
+
+    The one rule every decode loop uses to stop. It asks only what both a course
+    ``BPETokenizer`` and a ``tiktoken.Encoding`` publish: ``special_tokens_set`` and
+    ``encode(text, allowed_special=...)``.
+
+    >>> import tiktoken
+    >>> end_token_ids(tiktoken.get_encoding("cl100k_base"))   # <|end|> is not one of its specials
+    (100257,)
+    """
+    specials = getattr(tokenizer, "special_tokens_set", None)
+    if specials is None or not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be a course BPETokenizer or a tiktoken Encoding (with "
+                        f"special_tokens_set and encode), got {type(tokenizer).__name__}")
+    ids = []
+    for marker in (END, END_OF_TEXT):
+        if marker in specials:
+            (token,) = tokenizer.encode(marker, allowed_special={marker})
+            ids.append(token)
+    return tuple(ids)
+
+
 def role_marker(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; a message's role is one of {', '.join(ROLES)}")

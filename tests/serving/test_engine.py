@@ -11,7 +11,10 @@ import torch
 
 from course_lib.data.corpus import heldout_split
 from course_lib.model import Transformer, get_config, load_model, load_tokenizer
-from course_lib.sampling import SamplingParams, generate
+from course_lib.model.generate import decode_step, prefill
+from course_lib.sampling import SamplingParams, encode_prompt, generate
+from course_lib.sampling.result import Completion
+from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.serving.engine import Engine
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=40)
@@ -42,7 +45,25 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def reference(model, tok, prompts):
-    return [generate(model, tok, p, GREEDY) for p in prompts]
+    return [contiguous_greedy(model, tok, p, GREEDY.max_new_tokens) for p in prompts]
+
+
+@torch.no_grad()
+def contiguous_greedy(model, tok, prompt, max_new_tokens):
+    """An oracle outside the engine: the model's own forward over a contiguous KV cache."""
+    ids = encode_prompt(tok, prompt)
+    ends = end_token_ids(tok)
+    cache = model.new_cache(1, max_seq_len=len(ids) + max_new_tokens)
+    logits = prefill(model, torch.tensor([ids]), cache)  # (1, V)
+    out = []
+    while True:
+        out.append(int(logits.argmax(-1)))
+        if out[-1] in ends or len(out) == max_new_tokens:
+            break
+        logits = decode_step(model, torch.tensor([[out[-1]]]), cache)  # (1, V)
+    stopped = out[-1] in ends
+    return Completion(tok.decode(out[:-1] if stopped else out), tuple(out), "stop" if stopped else "length",
+                      tuple(ids))
 
 
 def _assert_same(completions, reference):
