@@ -39,8 +39,9 @@ check: $(STAMP)                        ## run a notebook's checks: make check NB
 bench: $(STAMP)                        ## every benchmark, printing ratios measured side by side
 	@set -e; for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script; done
 
-train: $(STAMP)                        ## reproduce the shipped course model from scratch
+train: $(STAMP)                        ## reproduce the shipped course models from scratch: tinychat, then its draft
 	$(BIN)/course train --threads 1
+	$(BIN)/course train --config tinychat-draft --threads 1
 
 eval: $(STAMP)                         ## the shipped model's quality on the held-out split
 	$(BIN)/course eval

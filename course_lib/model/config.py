@@ -6,7 +6,7 @@
 >>> get_config("nope")
 Traceback (most recent call last):
 ...
-ValueError: unknown model config 'nope'; known configs: test-gqa, test-mha, test-mqa, tinychat
+ValueError: unknown model config 'nope'; known configs: test-gqa, test-mha, test-mqa, tinychat, tinychat-draft
 """
 from __future__ import annotations
 
@@ -77,11 +77,21 @@ _TINYCHAT = ModelConfig(
     d_ff=384, max_seq_len=512, rope_theta=10000.0, tie_embeddings=True,
 )
 
+# The draft for speculative decoding (``speculative={"method": "draft", ...}``): it proposes
+# tokens that tinychat verifies, so it shares tinychat's vocabulary (and is trained with its very
+# tokenizer, see course_lib.train) and context window, at about a fifth of the parameters:
+# half the layers, half the width, one key/value head.
+_TINYCHAT_DRAFT = ModelConfig(
+    name="tinychat-draft", vocab_size=_TINYCHAT.vocab_size, d_model=64, n_layers=2, n_heads=4, n_kv_heads=1,
+    d_ff=192, max_seq_len=_TINYCHAT.max_seq_len, rope_theta=_TINYCHAT.rope_theta, tie_embeddings=True,
+)
+
 # Tiny geometries for tests: one per attention flavour, fast enough for many seeded checks.
 _TEST_COMMON = dict(vocab_size=128, d_model=64, n_layers=2, d_ff=128, max_seq_len=64, tie_embeddings=False)
 
 CONFIGS: Mapping[str, ModelConfig] = MappingProxyType({
     "tinychat": _TINYCHAT,
+    "tinychat-draft": _TINYCHAT_DRAFT,
     "test-mha": ModelConfig(name="test-mha", n_heads=4, n_kv_heads=4, **_TEST_COMMON),
     "test-gqa": ModelConfig(name="test-gqa", n_heads=4, n_kv_heads=2, **_TEST_COMMON),
     "test-mqa": ModelConfig(name="test-mqa", n_heads=4, n_kv_heads=1, **_TEST_COMMON),
