@@ -1,7 +1,8 @@
 """The serving engine against simpler ways to run the same requests, side by side in one run.
 
 On the shipped tinychat, greedy, the same held-out requests (mixed prompt and reply lengths):
-  sequential   course_lib.sampling.generate, one request at a time (batch 1)
+  sequential   one request at a time (batch 1), a plain prefill/decode_step loop over a
+               contiguous KV cache
   static       prompts of equal length batched together (no padding needed), each batch decoded
                until its longest reply ends; no request joins a batch once it started
   hf           Hugging Face generate on the same weights (to_hf_llama), one left-padded batch
@@ -10,8 +11,10 @@ It prints output tokens per second for each and the engine's ratio to each (goal
 sequential, >= 1.5x static, >= 2x HF). Then time to first token for requests that share a
 long system prompt, prefix caching on vs off (goal >= 5x).
 Then int8 weight-only quantization served by the same engine: weight bytes (goal <= 0.3x of the
-linear layers), tokens/s, and held-out greedy accuracy against fp32. Speculative decoding and
-batch-invariant figures are not in the engine yet.
+linear layers), tokens/s, and held-out greedy accuracy against fp32. Then speculative decoding,
+one request at a time (the latency case): acceptance rate, tokens per target forward pass and
+wall-clock speedup for prompt lookup and the tinychat-draft model. Last, determinism: how often
+batching changes a greedy reply, and what ``batch_invariant=True`` (which makes it never) costs.
 
     python benchmarks/bench_engine.py [--requests 64] [--threads 2]
 """
@@ -26,7 +29,7 @@ from course_lib.data.corpus import heldout_split
 from course_lib.model.generate import decode_step, prefill
 from course_lib.model import load_model, load_tokenizer
 from course_lib.model.hf import to_hf_llama
-from course_lib.sampling import SamplingParams, generate
+from course_lib.sampling import SamplingParams
 from course_lib.sampling.generate import default_eos_ids
 from course_lib.serving import Engine
 from course_lib.tokenization.chat_template import encode_chat
@@ -71,14 +74,13 @@ def throughput_section(model, tokenizer, n_requests: int) -> None:
     params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
     engine_out, engine_s = timed(lambda: Engine(model, tokenizer).generate(prompts, params))
     tokens = sum(len(c.token_ids) for c in engine_out)
-    sequential, sequential_s = timed(lambda: [generate(model, tokenizer, p, params) for p in prompts])
-    assert [c.token_ids for c in engine_out] == [r.token_ids for r in sequential], "engine != batch-1 greedy"
-    static, static_s = timed(lambda: static_batches(model, tokenizer, [encode_chat(tokenizer, p) for p in prompts],
-                                                    MAX_NEW))
-    assert static == [list(c.token_ids) for c in engine_out], "static batches != engine greedy"
+    ids = [encode_chat(tokenizer, p) for p in prompts]
+    sequential, sequential_s = timed(lambda: [static_batches(model, tokenizer, [x], MAX_NEW)[0] for x in ids])
+    same = sum(list(c.token_ids) == r for c, r in zip(engine_out, sequential))
+    static, static_s = timed(lambda: static_batches(model, tokenizer, ids, MAX_NEW))
+    same_static = sum(list(c.token_ids) == r for c, r in zip(engine_out, static))
 
     hf = to_hf_llama(model).eval()
-    ids = [encode_chat(tokenizer, p) for p in prompts]
     width = max(map(len, ids))
     pad = default_eos_ids(tokenizer)[0]
     batch = torch.tensor([[pad] * (width - len(x)) + x for x in ids])                   # (B, T) left-padded
@@ -89,7 +91,8 @@ def throughput_section(model, tokenizer, n_requests: int) -> None:
             return hf.generate(input_ids=batch, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False,
                                eos_token_id=list(default_eos_ids(tokenizer)), pad_token_id=pad)
     _, hf_s = timed(hf_generate)
-    print(f"\n{n_requests} held-out requests, greedy, {tokens} output tokens in all")
+    print(f"\n{n_requests} held-out requests, greedy, {tokens} output tokens in all; the engine's replies "
+          f"equal batch-1 decoding for {same}/{n_requests} and static batching for {same_static}/{n_requests}")
     print(f"{'':<12}{'seconds':>9}{'tokens/s':>10}{'engine is':>11}  goal")
     for name, seconds, goal in (("sequential", sequential_s, 4), ("static", static_s, 1.5), ("hf", hf_s, 2)):
         print(f"{name:<12}{seconds:>9.2f}{tokens / seconds:>10.0f}{seconds / engine_s:>10.2f}x  >= {goal}x")
@@ -147,6 +150,59 @@ def int8_section(model, tokenizer, per_task: int = 20) -> None:
               f"({100 * solved / len(prompts):.1f}%)")
 
 
+def speculative_section(model, tokenizer, n_requests: int = 40, k: int = 4) -> None:
+    conversations = heldout_split(n_requests // 5 + 1)[:n_requests]
+    prompts = [c.prompt_messages for c in conversations]
+    params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
+    methods = {"plain": None, "ngram": {"method": "ngram", "k": k}}
+    try:
+        methods["draft"] = {"method": "draft", "model": load_model("tinychat-draft", device="cpu"), "k": k}
+    except (FileNotFoundError, ValueError) as error:
+        print(f"\n(no draft model: {error}; run `course train --config tinychat-draft`)")
+    print(f"\nspeculative decoding, k = {k}, {n_requests} held-out requests one at a time, greedy")
+    print(f"{'':<8}{'accepted':>9}{'tokens/pass':>12}{'seconds':>9}{'speedup':>9}  same replies")
+    plain = None
+    for name, spec in methods.items():
+        engines = []
+
+        def run():
+            out = []
+            for p in prompts:
+                engine = Engine(model, tokenizer, max_num_seqs=1, speculative=spec)
+                out += engine.generate([p], params)
+                engines.append(engine)
+            return out
+        out, seconds = timed(run)
+        tokens = sum(len(c.token_ids) for c in out)
+        passes = sum(e.num_steps for e in engines)
+        drafted = sum(e.speculative_stats.num_drafted for e in engines)
+        accepted = sum(e.speculative_stats.num_accepted for e in engines)
+        if plain is None:
+            plain = (out, seconds)
+        same = sum(a.token_ids == b.token_ids for a, b in zip(out, plain[0]))
+        rate = f"{accepted / drafted:.1%}" if drafted else "-"
+        print(f"{name:<8}{rate:>9}{tokens / passes:>12.2f}{seconds:>9.2f}{plain[1] / seconds:>8.2f}x  "
+              f"{same}/{len(out)}")
+
+
+def determinism_section(model, tokenizer, n_requests: int = 64) -> None:
+    conversations = heldout_split(n_requests // 5 + 1)[:n_requests]
+    prompts = [c.prompt_messages for c in conversations]
+    params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
+    print(f"\ndeterminism: {n_requests} held-out requests, greedy, alone vs all together")
+    seconds = {}
+    for invariant in (False, True):
+        alone = [Engine(model, tokenizer, batch_invariant=invariant, max_num_seqs=1).generate([p], params)[0]
+                 for p in prompts]
+        together, seconds[invariant] = timed(lambda: Engine(model, tokenizer, batch_invariant=invariant)
+                                             .generate(prompts, params))
+        changed = sum(a.token_ids != b.token_ids for a, b in zip(alone, together))
+        print(f"  batch_invariant={invariant!s:<5}: batching changed {changed}/{n_requests} replies; "
+              f"{sum(len(c.token_ids) for c in together) / seconds[invariant]:.0f} tokens/s batched")
+    print(f"  batch_invariant=True costs {seconds[True] / seconds[False]:.2f}x the time of the default "
+          "(goal: zero changed replies, cost measured)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=64)
@@ -158,6 +214,8 @@ def main() -> None:
     throughput_section(model, tokenizer, args.requests)
     prefix_section(model, tokenizer)
     int8_section(model, tokenizer)
+    speculative_section(model, tokenizer)
+    determinism_section(model, tokenizer)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ Allocation(block_table=[0], num_cached_tokens=0)
 ``Engine`` (add_request / step / generate / stream) drives a ``Scheduler`` (decodes first,
 chunked prefill, FCFS admission, recompute preemption) over a ``BlockManager`` (paged blocks,
 verified prefix caching) and a ``ModelRunner`` (the course model's own layers reading keys and
-values through block tables). ``speculative`` holds the accept/resample rule and prompt-lookup
-drafts, ``quantize`` int8 per-channel weights; neither is wired into the engine yet.
+values through block tables). ``Engine(speculative=...)`` verifies guesses from ``drafting``
+(prompt lookup or a draft model) with the rule in ``speculative``/``verify``;
+``batch_invariant=True`` makes greedy output independent of batching; ``quantize`` gives int8
+per-channel weights the engine serves like any other model.
 """
 from course_lib.serving.block_manager import (
     Allocation,
@@ -32,6 +34,7 @@ from course_lib.serving.sequence import FinishReason, Sequence, SequenceStatus
 from course_lib.serving.model_runner import Chunk, ModelRunner, RaggedBatch, build_batch
 from course_lib.serving.request import Completion, RequestOutput
 from course_lib.serving.engine import Engine
+from course_lib.serving.verify import SpeculativeStats
 
 __all__ = [
     "Allocation", "BlockManager", "BlockManagerStats", "Int8Linear", "KVPool", "NoFreeBlocksError",
@@ -39,5 +42,5 @@ __all__ = [
     "expected_tokens_per_round", "ngram_propose", "pad_block_tables", "paged_attention", "paged_prefill_attention",
     "quantize_int8", "quantize_per_channel", "weight_bytes",
     "FinishReason", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus",
-    "Chunk", "Completion", "Engine", "ModelRunner", "RaggedBatch", "RequestOutput", "build_batch",
+    "Chunk", "Completion", "Engine", "SpeculativeStats", "ModelRunner", "RaggedBatch", "RequestOutput", "build_batch",
 ]

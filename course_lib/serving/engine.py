@@ -39,7 +39,7 @@ from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.block_manager import BlockManager, BlockManagerStats
 from course_lib.serving.drafting import DraftInput, make_proposer
 from course_lib.serving.model_runner import Chunk, ModelRunner
-from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows
+from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows, token_logprobs
 from course_lib.serving.scheduler import Scheduler
 from course_lib.serving.sequence import Sequence as SchedSequence
 from course_lib.serving.verify import SpeculativeStats, verify
@@ -87,7 +87,7 @@ class Engine:
 
     def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None,
                     guide=None, generator: torch.Generator | None = None,
-                    eos_ids: Sequence[int] | None = None) -> Hashable:
+                    eos_ids: Sequence[int] | None = None, logprobs: int | None = None) -> Hashable:
         """Queue a prompt (token ids, a rendered chat string or chat messages); return its id.
 
         The context window caps the reply: at most ``max_seq_len - len(prompt)`` tokens, then
@@ -95,7 +95,8 @@ class Engine:
         token of this request to its grammar, after the penalties and before temperature and
         the filters. ``generator`` replaces the request's own stream (seeded from
         ``params.seed``); requests given the same one draw from it in turn. ``eos_ids``
-        replaces the tokenizer's end tokens for this request (``()``: none).
+        replaces the tokenizer's end tokens for this request (``()``: none). ``logprobs``
+        (0..20) puts each token's log-probability, and that many alternatives, in its outputs.
         """
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -133,7 +134,7 @@ class Engine:
             raise ValueError(f"request id {request_id!r} is already in flight; give each request a unique id")
         max_tokens = min(params.max_new_tokens, self.window - len(prompt_ids))
         request = Request(request_id, prompt_ids, params, vocab_size=vocab, device=self.model.device,
-                          guide=guide, generator=generator)
+                          guide=guide, generator=generator, logprobs=logprobs)
         stops = ends | set(params.stop_token_ids) if guide is None else {guide.eos_id}
         # add() checks the request fits the pool; nothing is recorded before it succeeds.
         self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens, stop_token_ids=stops))
@@ -212,6 +213,8 @@ class Engine:
         for e in samplers:
             rid = e.seq.request_id
             n = 1 + len(e.draft_token_ids)
+            if self._requests[rid].logprobs is not None:
+                self._requests[rid].step_logits = logits[row:row + n]
             if e.draft_token_ids:
                 tokens = verify(self._requests[rid], logits[row:row + n], e.draft_token_ids, drafts[rid])
                 self.speculative_stats.record(len(e.draft_token_ids), len(tokens) - 1)
@@ -236,6 +239,10 @@ class Engine:
             text += req.add_token(token, self._bytes, is_end=token in seq.stop_token_ids)
             if req.stopped:
                 break  # a stop string: whatever followed it is dropped
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = token_logprobs(req.step_logits, kept, req.logprobs)
+            req.step_logits = None
         reason = None
         if req.stopped and not seq.is_finished:
             self.scheduler.finish(rid, "stop")
@@ -246,7 +253,7 @@ class Engine:
             text += req.finish_text(reason)
             reason = "stop" if req.stopped else reason  # the cut's last bytes may complete a stop string
             del self._requests[rid]
-        return RequestOutput(rid, tuple(kept), text, reason is not None, reason)
+        return RequestOutput(rid, tuple(kept), text, reason is not None, reason, logprobs)
 
     def _bytes(self, token: int) -> bytes:
         if self.tokenizer is None:

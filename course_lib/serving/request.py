@@ -29,7 +29,31 @@ from course_lib.sampling.sampler import sample_next_token
 from course_lib.sampling.stops import StopSequenceMatcher
 from course_lib.serving.sequence import FinishReason
 
-__all__ = ["Completion", "Request", "RequestOutput", "sample_rows"]
+__all__ = ["Completion", "Request", "RequestOutput", "TokenLogprob", "sample_rows"]
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap on top_logprobs
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model (raw logits, before any sampling
+    rule), and the ``top`` most likely alternatives at that position, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: list[int], top: int) -> tuple[TokenLogprob, ...]:
+    """Logits (n, V) and the n tokens chosen from them -> their log-probabilities."""
+    logp = torch.log_softmax(logits[:len(token_ids)].float(), dim=-1)  # (n, V)
+    chosen = logp.gather(1, torch.tensor(token_ids, device=logp.device)[:, None])[:, 0].tolist()
+    if top:
+        values, indices = logp.topk(top, dim=-1)  # (n, top)
+        alternatives = [tuple(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
+    else:
+        alternatives = [()] * len(token_ids)
+    return tuple(TokenLogprob(t, lp, alt) for t, lp, alt in zip(token_ids, chosen, alternatives))
 
 
 @dataclass(frozen=True)
@@ -41,14 +65,22 @@ class RequestOutput:
     text: str                           # new text that is safe to show (stop strings never appear)
     finished: bool
     finish_reason: FinishReason | None  # "stop", "length" or "abort" once finished
+    logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asked
 
 
 class Request:
     """Sampling stream, penalty counts, incremental decoder and stop matcher of one request."""
 
     def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
-                 vocab_size: int, device=None, guide=None, generator: torch.Generator | None = None):
+                 vocab_size: int, device=None, guide=None, generator: torch.Generator | None = None,
+                 logprobs: int | None = None):
         self.request_id, self.prompt_ids, self.params = request_id, prompt_ids, params
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"logprobs must be an int in 0..{MAX_TOP_LOGPROBS} (how many alternatives to "
+                             f"report per token; 0: only the chosen token's), got {logprobs!r}")
+        self.logprobs = logprobs   # None: not asked for
+        self.step_logits: torch.Tensor | None = None  # this step's logits rows, kept only when asked
         # A structured-output guide (course_lib.structured) and this request's state in it.
         self.guide, self.guide_state = guide, (None if guide is None else guide.initial_state)
         self.vocab_size = vocab_size

@@ -12,7 +12,7 @@ import torch
 
 from course_lib.data.corpus import heldout_split
 from course_lib.model import Transformer, get_config, load_model, load_tokenizer
-from course_lib.sampling import SamplingParams, chi_square_gof
+from course_lib.sampling import SamplingParams, chi_square_gof, encode_prompt
 from course_lib.serving.drafting import Draft
 from course_lib.serving.engine import Engine
 from course_lib.serving.request import Request
@@ -185,3 +185,25 @@ def test_an_engine_without_a_tokenizer_takes_ids_only(target):
     (done,) = engine.generate([[1019, 301, 1022, 1020]], SamplingParams(temperature=0, max_new_tokens=5))
     assert done.text == "" and done.finish_reason == "length" and len(done.token_ids) == 5
     _no_leak(engine)
+
+
+def test_logprobs_are_the_models_own_and_follow_speculation(target, tok, prompts):
+    chat = prompts[2]
+    params = SamplingParams(temperature=0, max_new_tokens=12)
+    for spec in (None, {"method": "ngram", "k": 3}):
+        engine = Engine(target, tok, speculative=spec)
+        rid = engine.add_request(chat, params, logprobs=3)
+        outputs = []
+        while engine.has_unfinished():
+            outputs += engine.step()
+        tokens = [t for o in outputs for t in o.token_ids]
+        logprobs = [lp for o in outputs for lp in o.logprobs]
+        assert [lp.token_id for lp in logprobs] == tokens and all(o.request_id == rid for o in outputs)
+        with torch.no_grad():  # oracle: the model's own forward over prompt + reply
+            ids = torch.tensor([encode_prompt(tok, chat) + tokens])
+            full = torch.log_softmax(target(ids)[0, -len(tokens) - 1:-1].float(), dim=-1)  # (n, V)
+        for row, lp in zip(full, logprobs):
+            assert abs(lp.logprob - float(row[lp.token_id])) < 1e-4
+            assert [t for t, _ in lp.top] == row.topk(3).indices.tolist()  # greedy: the top one is chosen
+    with pytest.raises(ValueError, match="logprobs must be an int in 0..20"):
+        Engine(target, tok).add_request(chat, params, logprobs=21)
