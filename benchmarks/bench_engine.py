@@ -37,10 +37,15 @@ from course_lib.tokenization.chat_template import encode_chat
 MAX_NEW = 64
 
 
-def timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
+def timed(fn, repeats: int = 1):
+    """(result, seconds): the best of ``repeats`` runs, so a first run's warm-up or a busy
+    neighbour does not decide a ratio."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return result, best
 
 
 @torch.no_grad()
@@ -72,12 +77,12 @@ def throughput_section(model, tokenizer, n_requests: int) -> None:
     conversations = heldout_split(n_requests // 5 + 1)[:n_requests]
     prompts = [c.prompt_messages for c in conversations]
     params = SamplingParams(temperature=0, max_new_tokens=MAX_NEW)
-    engine_out, engine_s = timed(lambda: Engine(model, tokenizer).generate(prompts, params))
+    engine_out, engine_s = timed(lambda: Engine(model, tokenizer).generate(prompts, params), 2)
     tokens = sum(len(c.token_ids) for c in engine_out)
     ids = [encode_chat(tokenizer, p) for p in prompts]
-    sequential, sequential_s = timed(lambda: [static_batches(model, tokenizer, [x], MAX_NEW)[0] for x in ids])
+    sequential, sequential_s = timed(lambda: [static_batches(model, tokenizer, [x], MAX_NEW)[0] for x in ids], 2)
     same = sum(list(c.token_ids) == r for c, r in zip(engine_out, sequential))
-    static, static_s = timed(lambda: static_batches(model, tokenizer, ids, MAX_NEW))
+    static, static_s = timed(lambda: static_batches(model, tokenizer, ids, MAX_NEW), 2)
     same_static = sum(list(c.token_ids) == r for c, r in zip(engine_out, static))
 
     hf = to_hf_llama(model).eval()
@@ -90,7 +95,7 @@ def throughput_section(model, tokenizer, n_requests: int) -> None:
         with torch.no_grad():
             return hf.generate(input_ids=batch, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False,
                                eos_token_id=list(default_eos_ids(tokenizer)), pad_token_id=pad)
-    _, hf_s = timed(hf_generate)
+    _, hf_s = timed(hf_generate, 2)
     print(f"\n{n_requests} held-out requests, greedy, {tokens} output tokens in all; the engine's replies "
           f"equal batch-1 decoding for {same}/{n_requests} and static batching for {same_static}/{n_requests}")
     print(f"{'':<12}{'seconds':>9}{'tokens/s':>10}{'engine is':>11}  goal")
@@ -163,16 +168,14 @@ def speculative_section(model, tokenizer, n_requests: int = 40, k: int = 4) -> N
     print(f"{'':<8}{'accepted':>9}{'tokens/pass':>12}{'seconds':>9}{'speedup':>9}  same replies")
     plain = None
     for name, spec in methods.items():
-        engines = []
-
         def run():
-            out = []
+            out, engines = [], []
             for p in prompts:
                 engine = Engine(model, tokenizer, max_num_seqs=1, speculative=spec)
                 out += engine.generate([p], params)
                 engines.append(engine)
-            return out
-        out, seconds = timed(run)
+            return out, engines
+        (out, engines), seconds = timed(run, 2)
         tokens = sum(len(c.token_ids) for c in out)
         passes = sum(e.num_steps for e in engines)
         drafted = sum(e.speculative_stats.num_drafted for e in engines)

@@ -1,7 +1,9 @@
 """Conversion to and from Hugging Face's LlamaForCausalLM (the course model is the same network).
 
-Module names already match, so conversion is a key rename ("model." prefix) plus a config
-translation. transformers is imported only inside these functions: the course runs without it.
+Module names already match, so conversion is a key rename ("model." prefix,
+``hf_llama_state_dict``) plus a config translation (``hf_llama_config``, which ``export_hf``
+also writes as config.json). transformers is imported only inside these functions: the course
+runs without it.
 
 >>> from transformers import LlamaConfig, LlamaForCausalLM            # doctest: +SKIP
 >>> hf = LlamaForCausalLM(LlamaConfig(hidden_size=64, num_hidden_layers=2, ...))  # doctest: +SKIP
@@ -18,7 +20,7 @@ from course_lib.model.config import ModelConfig
 from course_lib.model.transformer import Transformer
 from course_lib.model.weights import _load_state_strict
 
-__all__ = ["from_hf_llama", "to_hf_llama"]
+__all__ = ["from_hf_llama", "hf_llama_config", "hf_llama_state_dict", "to_hf_llama"]
 
 
 def _rope_settings(hf_config) -> tuple[float, float]:
@@ -72,6 +74,37 @@ def from_hf_llama(hf_model) -> Transformer:
     return model.to(device=reference.device, dtype=reference.dtype).eval()
 
 
+def hf_llama_config(config: ModelConfig) -> dict:
+    """A course ModelConfig as Hugging Face LlamaConfig fields, in the config.json layout that
+    transformers 4.x and 5.x and vLLM all read (RoPE as the older rope_theta / rope_scaling keys).
+
+    bos/eos/pad ids are left unset, so `generate` never stops early on its own.
+
+    >>> from course_lib.model.config import get_config
+    >>> fields = hf_llama_config(get_config("tinychat"))
+    >>> fields["hidden_size"], fields["num_key_value_heads"], fields["rope_scaling"]
+    (128, 2, None)
+    """
+    c = config
+    return dict(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
+        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
+        head_dim=c.head_dim, max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps,
+        tie_word_embeddings=c.tie_embeddings, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=c.init_std,
+        rope_theta=c.rope_theta,
+        rope_scaling=None if c.rope_scaling == 1.0 else {"rope_type": "linear", "factor": c.rope_scaling},
+    )
+
+
+def hf_llama_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's tensors under Hugging Face names: a "model." prefix on all but lm_head.
+
+    A tied head is the same tensor as model.embed_tokens.weight (drop it before safetensors).
+    """
+    return {(k if k == "lm_head.weight" else f"model.{k}"): v.detach() for k, v in model.state_dict().items()}
+
+
 def to_hf_llama(model: Transformer, *, attn_implementation: str = "sdpa"):
     """The inverse: a transformers LlamaForCausalLM holding the same weights (same device and dtype).
 
@@ -79,27 +112,15 @@ def to_hf_llama(model: Transformer, *, attn_implementation: str = "sdpa"):
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    c = model.config
-    kwargs = dict(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
-        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
-        head_dim=c.head_dim, max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps,
-        tie_word_embeddings=c.tie_embeddings, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=c.init_std,
-    )
-    rope = {"rope_type": "default", "rope_theta": c.rope_theta}
-    if c.rope_scaling != 1.0:
-        rope = {"rope_type": "linear", "rope_theta": c.rope_theta, "factor": c.rope_scaling}
+    kwargs = hf_llama_config(model.config)
     if "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters:  # transformers >= 5
+        rope = {"rope_type": "default", "rope_theta": kwargs.pop("rope_theta")}
+        rope.update(kwargs.pop("rope_scaling") or {})
         kwargs["rope_parameters"] = rope
-    else:
-        kwargs["rope_theta"] = c.rope_theta
-        kwargs["rope_scaling"] = None if c.rope_scaling == 1.0 else {"type": "linear", "factor": c.rope_scaling}
     hf_config = LlamaConfig(**kwargs)
     hf_config._attn_implementation = attn_implementation
     hf_model = LlamaForCausalLM(hf_config)
-    state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v.detach().to("cpu", torch.float32)
-             for k, v in model.state_dict().items()}
+    state = {k: v.to("cpu", torch.float32) for k, v in hf_llama_state_dict(model).items()}
     result = hf_model.load_state_dict(state, strict=False)
     leftover = [k for k in result.missing_keys if "rotary_emb" not in k]
     if leftover or result.unexpected_keys:
