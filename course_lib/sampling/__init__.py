@@ -5,6 +5,7 @@
 >>> [round(p, 3) for p in next_token_probs(z, SamplingParams(temperature=0.7)).tolist()]
 [0.771, 0.185, 0.044]
 """
+from course_lib.sampling.batch import sample_batch
 from course_lib.sampling.generate import (
     GenerationResult,
     default_eos_ids,
@@ -41,6 +42,6 @@ __all__ = [
     "apply_repetition_penalty", "apply_temperature", "apply_token_mask", "apply_top_k", "apply_top_p", "check_logits",
     "chi_square_gof", "chi_square_p_value", "default_eos_ids", "encode_prompt", "find_stop",
     "frequencies", "generate", "generate_many", "held_back_length", "next_token_probs",
-    "process_logits", "sample_counts", "sample_from_probs", "sample_next_token", "stream_until_stop",
+    "process_logits", "sample_batch", "sample_counts", "sample_from_probs", "sample_next_token", "stream_until_stop",
     "token_counts", "trim_at_stop",
 ]

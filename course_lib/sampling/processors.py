@@ -44,14 +44,20 @@ from course_lib.sampling.params import (
 NEG_INF = float("-inf")
 
 
-def check_logits(logits: object) -> torch.Tensor:
-    """Logits must be a float tensor (V,) or (B, V) with no NaN and no +inf."""
+def check_logits_shape(logits: object) -> torch.Tensor:
+    """Logits must be a float tensor (V,) or (B, V): checked on the host, without reading data."""
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
     if not logits.is_floating_point():
         raise TypeError(f"logits must be floating point, got {logits.dtype}; call .float() first")
     if logits.dim() not in (1, 2) or logits.shape[-1] == 0:
         raise ValueError(f"logits must have shape (V,) or (B, V) with V >= 1, got {tuple(logits.shape)}")
+    return logits
+
+
+def check_logits(logits: object) -> torch.Tensor:
+    """Logits must be a float tensor (V,) or (B, V) with no NaN and no +inf."""
+    check_logits_shape(logits)
     if torch.isnan(logits).any():
         raise ValueError("logits contain NaN; the model output is broken (check inputs and weights)")
     if torch.isposinf(logits).any():
@@ -207,23 +213,17 @@ def process_logits(
     ``output_counts`` counts the generated tokens (frequency and presence penalties, as in
     OpenAI's API); ``seen_counts`` counts prompt and generated tokens (repetition penalty, as
     in Hugging Face). Each is needed only when its penalty is on.
+
+    The pipeline is written once, vectorised over rows that may each have their own params, in
+    ``course_lib.sampling.batch``; here every row follows ``params``. It applies the same rules
+    as the processors above (tested against them and against Hugging Face's warpers).
     """
-    check_logits(logits)
+    from course_lib.sampling.batch import filter_rows  # batch builds on this module's checks
+
+    check_logits_shape(logits)
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-    out = logits
-    if params.repetition_penalty != 1.0:
-        if seen_counts is None:
-            raise ValueError("repetition_penalty is on: pass seen_counts (prompt + generated tokens)")
-        out = apply_repetition_penalty(out, seen_counts, params.repetition_penalty)
-    if params.frequency_penalty != 0.0 or params.presence_penalty != 0.0:
-        if output_counts is None:
-            raise ValueError("frequency/presence penalties are on: pass output_counts (generated tokens)")
-        out = apply_frequency_presence_penalties(out, output_counts, params.frequency_penalty,
-                                                 params.presence_penalty)
-    if allowed is not None:
-        out = apply_token_mask(out, allowed)
-    out = apply_temperature(out, params.temperature)
-    out = apply_top_k(out, params.top_k)
-    out = apply_top_p(out, params.top_p)
-    return apply_min_p(out, params.min_p)
+    rows = logits.reshape(-1, logits.shape[-1])  # (B, V)
+    filtered = filter_rows(rows, [params] * rows.shape[0], output_counts=output_counts,
+                           seen_counts=seen_counts, allowed=allowed)
+    return filtered.processed_logits().to(logits.dtype).reshape(logits.shape)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
+from course_lib.sampling.batch import check_rows_alive, filter_rows
 from course_lib.sampling.params import SamplingParams
-from course_lib.sampling.processors import check_logits, process_logits
+from course_lib.sampling.processors import check_logits_shape, process_logits
 
 
 def _check_generator(generator: object) -> torch.Generator:
@@ -27,14 +28,6 @@ def _check_generator(generator: object) -> torch.Generator:
             f"got {type(generator).__name__} (the global RNG is never used, so runs can be replayed)"
         )
     return generator
-
-
-def _check_rows_alive(logits: torch.Tensor) -> None:
-    dead = torch.isneginf(logits).all(dim=-1).reshape(-1)  # (B,)
-    if dead.any():
-        rows = dead.nonzero().flatten().tolist()
-        raise ValueError(f"every token of row(s) {rows[:8]} was filtered out (all logits -inf); "
-                         "loosen top_k/top_p/min_p or check the mask that banned them")
 
 
 def sample_from_probs(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -71,7 +64,7 @@ def next_token_probs(
     """The exact distribution the sampler draws from (float32, rows sum to 1)."""
     processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts,
                                allowed=allowed)
-    _check_rows_alive(processed)
+    check_rows_alive(processed)
     return torch.softmax(processed.float(), dim=-1)
 
 
@@ -88,18 +81,24 @@ def sample_next_token(
 
     Greedy (temperature 0) takes the argmax of the penalised logits and draws nothing, so it
     needs no generator; every other setting draws exactly one uniform per row. ``allowed``
-    is a grammar's token mask (see ``process_logits`` for where it applies).
+    is a grammar's token mask (see ``process_logits`` for where it applies). This is
+    ``sample_batch`` with every row under ``params`` and all uniforms from one generator.
     """
-    check_logits(logits)
+    check_logits_shape(logits)
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
-    processed = process_logits(logits, params, output_counts=output_counts, seen_counts=seen_counts,
-                               allowed=allowed)
-    _check_rows_alive(processed)
-    if params.greedy:
-        return processed.argmax(dim=-1)
-    probs = torch.softmax(processed.double(), dim=-1)  # (..., V)
-    return sample_from_probs(probs, _check_generator(generator))
+    if not params.greedy:
+        _check_generator(generator)
+    rows = logits.reshape(-1, logits.shape[-1])  # (B, V)
+    filtered = filter_rows(rows, [params] * rows.shape[0], output_counts=output_counts,
+                           seen_counts=seen_counts, allowed=allowed)
+    filtered.check_alive()  # before the draw: a failed call takes nothing from the generator
+    uniforms = None
+    if not params.greedy:
+        uniforms = torch.rand(rows.shape[0], 1, generator=generator, dtype=torch.float64,
+                              device=generator.device)  # (B, 1), on the generator's device
+    tokens = filtered.sample(uniforms)  # (B,)
+    return tokens[0] if logits.dim() == 1 else tokens
 
 
 class Sampler:

@@ -25,7 +25,7 @@ import torch
 from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.result import Completion
 from course_lib.sampling.processors import token_counts
-from course_lib.sampling.sampler import sample_next_token
+from course_lib.sampling.batch import sample_batch
 from course_lib.sampling.stops import StopSequenceMatcher
 from course_lib.serving.sequence import FinishReason
 
@@ -150,15 +150,25 @@ class Request:
 def sample_rows(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     """One token per row of logits (M, V), row i under ``requests[i]``'s params and generator.
 
-    Plain greedy rows share one batched argmax; every other row runs the sampling pipeline on
-    its own (its params, penalty counts and random stream are its own). One read-back at the end.
+    Plain greedy rows share one argmax; the others go through ``sample_batch`` together, each
+    with its own params, penalty counts, grammar mask and random stream (its tokens are what
+    it would draw alone). One read-back at the end.
     """
     logits = logits.float()  # (M, V)
     tokens = logits.argmax(dim=-1)  # (M,): the answer for every plain greedy row
-    for i, req in enumerate(requests):
-        if not req.simple_greedy:
-            allowed = req.allowed()
-            tokens[i] = sample_next_token(logits[i:i + 1], req.params, req.generator,
-                                          output_counts=req.output_counts, seen_counts=req.seen_counts,
-                                          allowed=None if allowed is None else allowed.to(logits.device))[0]
+    rows = [i for i, req in enumerate(requests) if not req.simple_greedy]
+    if rows:
+        chosen = [requests[i] for i in rows]
+        vocab, device = logits.shape[-1], logits.device
+        output_counts = seen_counts = allowed = None
+        if any(r.output_counts is not None for r in chosen):
+            zeros = torch.zeros(1, vocab, dtype=torch.long, device=device)
+            output_counts = torch.cat([zeros if r.output_counts is None else r.output_counts for r in chosen])
+            seen_counts = torch.cat([zeros if r.seen_counts is None else r.seen_counts for r in chosen])
+        if any(r.guide is not None for r in chosen):
+            everything = torch.ones(1, vocab, dtype=torch.bool, device=device)
+            allowed = torch.cat([everything if r.guide is None else r.allowed().to(device) for r in chosen])
+        picked = logits if len(rows) == len(requests) else logits[rows]
+        tokens[rows] = sample_batch(picked, [r.params for r in chosen], [r.generator for r in chosen],
+                                    output_counts=output_counts, seen_counts=seen_counts, allowed=allowed)
     return tokens.tolist()

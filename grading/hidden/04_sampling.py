@@ -32,6 +32,13 @@ REFERENCES = (
     "course_lib.sampling.sampler.sample_next_token",
     "course_lib.sampling.generate.generate",
     "course_lib.sampling.generate.generate_many",
+    # The pipeline the processors are assembled into answers them too (processed logits or
+    # probabilities for any params), and so does the engine's per-row sampler.
+    "course_lib.sampling.processors.process_logits",
+    "course_lib.sampling.sampler.next_token_probs",
+    "course_lib.sampling.batch.filter_rows",
+    "course_lib.sampling.batch.sample_batch",
+    "course_lib.serving.request.sample_rows",
 )
 NEG_INF = float("-inf")
 

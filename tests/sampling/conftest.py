@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.model import KVCache, Transformer, get_config
+from course_lib.model import Transformer, get_config
 from course_lib.tokenization import BPETokenizer
 from course_lib.tokenization.chat_template import SPECIAL_TOKENS
 
@@ -27,35 +27,32 @@ def random_model(tokenizer):
     return Transformer(config, generator=torch.Generator().manual_seed(0)).eval()
 
 
-class ScriptedModel:
-    """Emits a fixed token script: after the prompt, position i puts all mass on script[i].
+class ScriptedHead(torch.nn.Module):
+    """An output head that ignores its input: the i-th time it is called (the i-th pass of a
+    single request: the prompt, then one per token) it puts all mass on script[i]."""
 
-    It honours the course model's contract (config, device, new_cache, __call__(idx, cache))
-    so the real prefill/decode_step drive it. ``margin`` sets how sure it is; with a small
-    margin sampling can leave the script.
-    """
+    def __init__(self, vocab_size: int, script, margin: float):
+        super().__init__()
+        self.vocab_size, self.script, self.margin = vocab_size, list(script), margin
+        self.calls = 0
 
-    def __init__(self, vocab_size: int, script, *, max_seq_len: int = 64, margin: float = 50.0):
-        self.config = get_config("test-mha", vocab_size=vocab_size, max_seq_len=max_seq_len)
-        self.script = list(script)
-        self.margin = margin
-        self.device = torch.device("cpu")
-        self.prompt_len = None
-
-    def new_cache(self, batch_size, max_seq_len=None):
-        cfg = self.config
-        return KVCache(cfg.n_layers, batch_size, cfg.n_kv_heads, max_seq_len or cfg.max_seq_len, cfg.head_dim)
-
-    def __call__(self, idx, cache=None):
-        batch, length = idx.shape
-        if cache.seq_len == 0:
-            self.prompt_len = length
-        logits = torch.zeros(batch, length, self.config.vocab_size)  # (B, T, V)
-        step = cache.seq_len + length - self.prompt_len  # index of the token being predicted
-        if step < len(self.script):
-            logits[:, -1, self.script[step]] = self.margin
-        cache.advance(length)
+    def forward(self, x):  # x (M, d) -> (M, V)
+        logits = torch.zeros(x.shape[0], self.vocab_size)
+        if self.calls < len(self.script):
+            logits[:, self.script[self.calls]] = self.margin
+        self.calls += 1
         return logits
+
+
+def ScriptedModel(vocab_size: int, script, *, max_seq_len: int = 64, margin: float = 50.0) -> Transformer:
+    """A real course Transformer (so the serving engine runs it like any other) whose head plays
+    a fixed token script: after the prompt, position i puts all mass on script[i]. ``margin``
+    sets how sure it is; with a small margin sampling can leave the script. One request per
+    model: the script advances once per forward pass."""
+    config = get_config("test-mha", vocab_size=vocab_size, max_seq_len=max_seq_len, n_layers=1)
+    model = Transformer(config, generator=torch.Generator().manual_seed(0)).eval()
+    model.lm_head = ScriptedHead(vocab_size, script, margin)
+    return model
 
 
 @pytest.fixture
