@@ -8,7 +8,30 @@ import time
 
 import httpx
 import pytest
+import torch
 import uvicorn
+
+from course_lib.model import load_model, load_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread per test: the engines here are small, and the suite shares 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The shipped tinychat on the CPU (a fresh copy per test module)."""
+    return load_model("tinychat", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("tinychat")
 
 
 @contextlib.contextmanager

@@ -20,24 +20,6 @@ from course_lib.serving.engine import Engine
 GREEDY = SamplingParams(temperature=0, max_new_tokens=40)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model("tinychat", device="cpu")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("tinychat")
-
-
 @pytest.fixture(scope="module")
 def prompts():
     return [c.prompt_messages for c in heldout_split(4)][:16]  # 9..41 tokens, every task

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_lib.data.corpus import heldout_split
-from course_lib.model import Transformer, get_config, load_model, load_tokenizer
+from course_lib.model import Transformer, get_config
 from course_lib.sampling import SamplingParams, chi_square_gof, encode_prompt
 from course_lib.serving.drafting import Draft
 from course_lib.serving.engine import Engine
@@ -19,24 +19,6 @@ from course_lib.serving.request import Request
 from course_lib.serving.verify import verify
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model("tinychat", device="cpu")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("tinychat")
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +34,8 @@ def prompts():
 
 
 @pytest.fixture(scope="module")
-def alone(target, tok, prompts):
-    return [Engine(target, tok, batch_invariant=True, max_num_seqs=1).generate([p], GREEDY)[0].token_ids
+def alone(model, tok, prompts):
+    return [Engine(model, tok, batch_invariant=True, max_num_seqs=1).generate([p], GREEDY)[0].token_ids
             for p in prompts]
 
 
@@ -67,10 +49,10 @@ def _no_leak(engine):
 @pytest.mark.parametrize("config", [dict(), dict(block_size=4, num_blocks=40, max_num_seqs=6),
                                     dict(block_size=4, max_num_seqs=4, max_batched_tokens=24)],
                          ids=["big-pool", "tiny-pool", "tiny-budget"])
-def test_greedy_speculative_output_equals_plain_greedy(target, tok, draft, prompts, alone, speculative, config):
+def test_greedy_speculative_output_equals_plain_greedy(model, tok, draft, prompts, alone, speculative, config):
     spec = {"ngram": {"method": "ngram", "k": 4}, "draft": {"method": "draft", "model": draft, "k": 3},
-            "self": {"method": "draft", "model": target, "k": 4}}[speculative]
-    engine = Engine(target, tok, batch_invariant=True, speculative=spec, **config)
+            "self": {"method": "draft", "model": model, "k": 4}}[speculative]
+    engine = Engine(model, tok, batch_invariant=True, speculative=spec, **config)
     assert [c.token_ids for c in engine.generate(prompts, GREEDY)] == alone
     stats = engine.speculative_stats
     assert stats.num_rounds > 0 and stats.num_drafted > 0
@@ -96,13 +78,13 @@ def test_batch_invariant_greedy_ignores_batching_chunking_preemption_and_the_pre
             _no_leak(engine)
 
 
-def test_seeded_speculative_sampling_is_the_same_alone_and_in_a_batch_of_16(target, tok, prompts):
+def test_seeded_speculative_sampling_is_the_same_alone_and_in_a_batch_of_16(model, tok, prompts):
     params = SamplingParams(temperature=0.9, top_p=0.95, max_new_tokens=20, seed=5)
     spec = {"method": "ngram", "k": 3}
-    alone = Engine(target, tok, batch_invariant=True, speculative=spec).generate([prompts[3]], params)[0]
+    alone = Engine(model, tok, batch_invariant=True, speculative=spec).generate([prompts[3]], params)[0]
     others = [SamplingParams(temperature=1.0, max_new_tokens=20, seed=s) for s in range(15)]
     batch_prompts = (prompts * 2)[:15]
-    engine = Engine(target, tok, batch_invariant=True, speculative=spec, max_num_seqs=16)
+    engine = Engine(model, tok, batch_invariant=True, speculative=spec, max_num_seqs=16)
     batch = engine.generate(batch_prompts[:7] + [prompts[3]] + batch_prompts[7:], others[:7] + [params] + others[7:])
     assert batch[7].token_ids == alone.token_ids
     _no_leak(engine)
@@ -135,7 +117,7 @@ def test_verify_keeps_the_first_token_distributed_as_the_target(with_draft_probs
     assert result.p_value > 1e-3, result
 
 
-def test_bad_speculative_configs_are_refused_with_a_reason(target, tok, draft):
+def test_bad_speculative_configs_are_refused_with_a_reason(model, tok, draft):
     for spec, message in [({"method": "ngram", "k": 0}, "k must be an int >= 1"),
                           ({"method": "ngram", "k": True}, "k must be an int >= 1"),
                           ({"method": "medusa", "k": 2}, "'ngram' or 'draft'"),
@@ -143,14 +125,14 @@ def test_bad_speculative_configs_are_refused_with_a_reason(target, tok, draft):
                           ({"method": "draft", "k": 2}, "needs a draft model"),
                           ("ngram", "must be a dict")]:
         with pytest.raises((ValueError, TypeError), match=message):
-            Engine(target, tok, speculative=spec)
+            Engine(model, tok, speculative=spec)
     small_vocab = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="share one tokenizer"):
-        Engine(target, tok, speculative={"method": "draft", "model": small_vocab, "k": 2})
+        Engine(model, tok, speculative={"method": "draft", "model": small_vocab, "k": 2})
 
 
-def test_abort_and_stop_strings_free_the_draft_models_blocks(target, tok, draft, prompts):
-    engine = Engine(target, tok, speculative={"method": "draft", "model": draft, "k": 3})
+def test_abort_and_stop_strings_free_the_draft_models_blocks(model, tok, draft, prompts):
+    engine = Engine(model, tok, speculative={"method": "draft", "model": draft, "k": 3})
     ids = [engine.add_request(p, SamplingParams(temperature=0, max_new_tokens=30, stop=(".",))) for p in prompts[:4]]
     engine.step()  # the prompts' pass: one token each, nobody has drafted yet
     engine.step()  # the first verify round
@@ -160,22 +142,22 @@ def test_abort_and_stop_strings_free_the_draft_models_blocks(target, tok, draft,
     _no_leak(engine)
 
 
-def test_shared_generator_and_own_end_tokens(target, tok, prompts):
-    model = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0)).eval()
+def test_shared_generator_and_own_end_tokens(model, tok, prompts):
+    small = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0)).eval()
     params = SamplingParams(temperature=1.0, max_new_tokens=12)
 
     def run(n, seed=3):
-        return [c.token_ids for c in Engine(model).generate([[1, 2, 3]] * n, params,
+        return [c.token_ids for c in Engine(small).generate([[1, 2, 3]] * n, params,
                                                             generator=torch.Generator().manual_seed(seed))]
     (one,), both = run(1), run(2)
     assert both == run(2)  # one seeded stream for both, drawn in turn: repeatable
     assert both[0][0] == one[0] and both[0] != one  # the first draw is the same; then row 1 takes one
-    free = Engine(target, tok).generate([prompts[0]], SamplingParams(temperature=0, max_new_tokens=40), eos_ids=())[0]
+    free = Engine(model, tok).generate([prompts[0]], SamplingParams(temperature=0, max_new_tokens=40), eos_ids=())[0]
     assert free.finish_reason == "length" and len(free.token_ids) == 40  # ran through <|end|>
 
 
-def test_an_engine_without_a_tokenizer_takes_ids_only(target):
-    engine = Engine(target)
+def test_an_engine_without_a_tokenizer_takes_ids_only(model):
+    engine = Engine(model)
     with pytest.raises(TypeError, match="no tokenizer"):
         engine.add_request("<|user|>hi", GREEDY)
     with pytest.raises(ValueError, match="stop strings need text"):
@@ -187,11 +169,11 @@ def test_an_engine_without_a_tokenizer_takes_ids_only(target):
     _no_leak(engine)
 
 
-def test_logprobs_are_the_models_own_and_follow_speculation(target, tok, prompts):
+def test_logprobs_are_the_models_own_and_follow_speculation(model, tok, prompts):
     chat = prompts[2]
     params = SamplingParams(temperature=0, max_new_tokens=12)
     for spec in (None, {"method": "ngram", "k": 3}):
-        engine = Engine(target, tok, speculative=spec)
+        engine = Engine(model, tok, speculative=spec)
         rid = engine.add_request(chat, params, logprobs=3)
         outputs = []
         while engine.has_unfinished():
@@ -201,9 +183,9 @@ def test_logprobs_are_the_models_own_and_follow_speculation(target, tok, prompts
         assert [lp.token_id for lp in logprobs] == tokens and all(o.request_id == rid for o in outputs)
         with torch.no_grad():  # oracle: the model's own forward over prompt + reply
             ids = torch.tensor([encode_prompt(tok, chat) + tokens])
-            full = torch.log_softmax(target(ids)[0, -len(tokens) - 1:-1].float(), dim=-1)  # (n, V)
+            full = torch.log_softmax(model(ids)[0, -len(tokens) - 1:-1].float(), dim=-1)  # (n, V)
         for row, lp in zip(full, logprobs):
             assert abs(lp.logprob - float(row[lp.token_id])) < 1e-4
             assert [t for t, _ in lp.top] == row.topk(3).indices.tolist()  # greedy: the top one is chosen
     with pytest.raises(ValueError, match="logprobs must be an int in 0..20"):
-        Engine(target, tok).add_request(chat, params, logprobs=21)
+        Engine(model, tok).add_request(chat, params, logprobs=21)

@@ -17,14 +17,6 @@ from course_lib.serving.model_runner import Chunk, ModelRunner, build_batch
 ATOL = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _model(name: str) -> Transformer:
     if name == "tinychat":
         return load_model("tinychat", device="cpu")

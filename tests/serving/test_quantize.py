@@ -17,16 +17,6 @@ from course_lib.serving.quantize import Int8Linear, dequantize, quantize_int8, q
 from course_lib.tokenization.chat_template import encode_chat
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """tinychat is tiny: one thread avoids oversubscribing a shared CPU (restored after), as in
-    tests/model; with two threads these tests ran ~10x slower while other suites shared the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _random_matrix(seed: int, out: int = 48, inp: int = 96) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(out, inp, generator=g) * torch.rand(out, 1, generator=g) * 3  # rows of different ranges
