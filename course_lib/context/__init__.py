@@ -1,0 +1,24 @@
+"""Context engineering: choosing what goes into the model's window.
+
+``budget``: the token budget and the packer that fits system, tools, history and retrieved
+passages into it, counting tokens exactly through the chat template.
+``bm25``: the passage store those passages come from, ranked by BM25 (rank-bm25's BM25Okapi).
+"""
+from course_lib.context.bm25 import BM25Index, UnknownPassageError, terms
+from course_lib.context.budget import (POLICIES, ContextBudget, ContextOverflow, Dropped, PackedContext, Passage,
+                                       pack_context, render_passages, render_tools)
+
+__all__ = [
+    "POLICIES",
+    "BM25Index",
+    "ContextBudget",
+    "ContextOverflow",
+    "Dropped",
+    "PackedContext",
+    "Passage",
+    "UnknownPassageError",
+    "pack_context",
+    "render_passages",
+    "render_tools",
+    "terms",
+]
