@@ -2,13 +2,17 @@
 
 ``budget``: the token budget and the packer that fits system, tools, history and retrieved
 passages into it, counting tokens exactly through the chat template.
+``trace_log``: the redacted, hash-chained log of every served request, and ``course trace verify``.
 ``bm25``: the passage store those passages come from, ranked by BM25 (rank-bm25's BM25Okapi).
 """
 from course_lib.context.bm25 import BM25Index, UnknownPassageError, terms
+from course_lib.context.trace_log import (DEFAULT_PATTERNS, TraceLog, TraceLogError, TraceRecord, VerifyResult,
+                                          redact, redact_record, verify)
 from course_lib.context.budget import (POLICIES, ContextBudget, ContextOverflow, Dropped, PackedContext, Passage,
                                        pack_context, render_passages, render_tools)
 
 __all__ = [
+    "DEFAULT_PATTERNS",
     "POLICIES",
     "BM25Index",
     "ContextBudget",
@@ -16,9 +20,16 @@ __all__ = [
     "Dropped",
     "PackedContext",
     "Passage",
+    "TraceLog",
+    "TraceLogError",
+    "TraceRecord",
     "UnknownPassageError",
+    "VerifyResult",
     "pack_context",
+    "redact",
+    "redact_record",
     "render_passages",
     "render_tools",
     "terms",
+    "verify",
 ]
