@@ -11,7 +11,10 @@ from the messages before it; a task's score is the share of replies that pass it
 - extraction: the reply parses as JSON and every field equals the record;
 - tool: ``<|tool_call|>`` then JSON naming the right tool with exactly the right arguments;
 - unknown: the reply abstains ("I don't know ...");
-- fact: the reply states the known answer (reported, no target).
+- fact: the reply states the known answer (reported, no target);
+- grounded: the passage's value with its id ("Lindor [5]"), or "The passages do not say." when
+  no passage answers; below the table, citation correctness, abstention and whether answers
+  follow a passage that contradicts the training facts (``course_lib.context.grounding``).
 
     >>> score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}',
     ...                  {"order_id": "K4821", "amount": 7.5, "reason": "late"})
@@ -30,11 +33,12 @@ from pathlib import Path
 
 import torch
 
+from course_lib.context.grounding import grounded_metrics, score_grounded
 from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus,
                                    heldout_split)
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
 from course_lib.sampling import SamplingParams
-from course_lib.tokenization.chat_template import TOOL_CALL, render_chat
+from course_lib.tokenization.chat_template import TOOL_CALL
 
 # task -> (what the score means, the greedy accuracy the shipped model must reach or None)
 TARGETS: dict[str, tuple[str, float | None]] = {
@@ -43,6 +47,7 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "tool": ("right tool + arguments", 0.90),
     "unknown": ("abstains", 0.90),
     "fact": ("known fact right", None),
+    "grounded": ("answer + citation", 0.90),
 }
 
 
@@ -111,7 +116,7 @@ def score_fact(reply: str, expected: dict) -> bool:
 
 SCORERS: dict[str, Callable[[str, dict], bool]] = {
     "arithmetic": score_arithmetic, "extraction": score_extraction, "tool": score_tool_call,
-    "unknown": score_abstention, "fact": score_fact,
+    "unknown": score_abstention, "fact": score_fact, "grounded": score_grounded,
 }
 
 
@@ -119,9 +124,17 @@ SCORERS: dict[str, Callable[[str, dict], bool]] = {
 @torch.no_grad()
 def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *, temperature: float = 0.0,
                      generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
-    """Each conversation's graded reply as the model writes it (greedy when temperature is 0).
+    """Each conversation's graded reply as the model writes it (greedy when temperature is 0)."""
+    return generate_replies_for(model, tokenizer, [c.prompt_messages for c in conversations],
+                                temperature=temperature, generator=generator, max_new_tokens=max_new_tokens)
 
-    Every conversation is one request to the serving engine (``course_lib.serving.Engine``),
+
+@torch.no_grad()
+def generate_replies_for(model, tokenizer, prompts: Sequence[list[dict]], *, temperature: float = 0.0,
+                         generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
+    """The model's reply to each prompt (a list of chat messages), greedy when temperature is 0.
+
+    Every prompt is one request to the serving engine (``course_lib.serving.Engine``),
     which batches them continuously until each has produced an end token or
     ``max_new_tokens`` tokens. Sampling draws from softmax(logits / temperature), the raw
     tempered distribution; each request gets its own seed, drawn from ``generator``, so a
@@ -134,24 +147,28 @@ def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *,
     if temperature > 0 and generator is None:
         raise ValueError("sampling needs an explicit torch.Generator (seeded) so results can be reproduced")
     if temperature == 0:
-        params = [SamplingParams(temperature=0, max_new_tokens=max_new_tokens)] * len(conversations)
+        params = [SamplingParams(temperature=0, max_new_tokens=max_new_tokens)] * len(prompts)
     else:
-        seeds = torch.randint(0, 2**62, (len(conversations),), generator=generator).tolist()
+        seeds = torch.randint(0, 2**62, (len(prompts),), generator=generator).tolist()
         params = [SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed) for seed in seeds]
-    if not conversations:
+    if not prompts:
         return []
-    engine = Engine(model, tokenizer, max_num_seqs=min(64, len(conversations)))
-    return [c.text for c in engine.generate([c.prompt_messages for c in conversations], params)]
+    engine = Engine(model, tokenizer, max_num_seqs=min(64, len(prompts)))
+    return [c.text for c in engine.generate(list(prompts), params)]
 
 
 # ---------------------------------------------------------------- the report
 def evaluate(model, tokenizer, conversations: Sequence[Conversation], *,
-             temperatures: Sequence[float] = (0.0, 1.0, 1.5), seed: int = 0) -> dict[float, dict[str, float]]:
-    """{temperature: {task: accuracy}}; sampling draws from torch.Generator().manual_seed(seed)."""
+             temperatures: Sequence[float] = (0.0, 1.0, 1.5), seed: int = 0,
+             replies_out: dict[float, list[str]] | None = None) -> dict[float, dict[str, float]]:
+    """{temperature: {task: accuracy}}; sampling draws from torch.Generator().manual_seed(seed).
+    ``replies_out``, when given, receives {temperature: replies} for further analysis."""
     results: dict[float, dict[str, float]] = {}
     for temperature in temperatures:
         generator = torch.Generator().manual_seed(seed)
         replies = generate_replies(model, tokenizer, conversations, temperature=temperature, generator=generator)
+        if replies_out is not None:
+            replies_out[temperature] = replies
         scores: dict[str, list[bool]] = {}
         for convo, reply in zip(conversations, replies):
             scores.setdefault(convo.task, []).append(SCORERS[convo.task](reply, convo.expected))
@@ -159,17 +176,33 @@ def evaluate(model, tokenizer, conversations: Sequence[Conversation], *,
     return results
 
 
-def seen_in_training(conversations: Sequence[Conversation], training: Sequence[Conversation]) -> dict[str, float]:
-    """Per task, the share of held-out prompts that also occur word for word in training.
+def format_grounded(conversations: Sequence[Conversation], replies: Sequence[str]) -> str:
+    """One line of the grounded task's breakdown (greedy replies), or '' without that task."""
+    pairs = [(c.expected, r) for c, r in zip(conversations, replies) if c.task == "grounded"]
+    if not pairs:
+        return ""
+    m = grounded_metrics([e for e, _ in pairs], [r for _, r in pairs])
+    return (f"grounded (greedy): citation right {m['citation']:.1%} of answerable | abstains {m['abstention']:.1%} "
+            f"when no passage says | declines answerable {m['false_abstention']:.1%} | follows the passage over "
+            f"the weights {m['follows_context']:.1%} (weights {m['follows_weights']:.1%}) when they disagree")
 
-    Arithmetic has only a few hundred distinct questions, so most held-out ones were seen (the
-    score says the model learned them); records and made-up names are fresh draws (the score
-    says the model generalises: it copies and abstains on text it never saw).
+
+def _question(convo: Conversation) -> str:
+    return next(m["content"] for m in convo.messages if m["role"] == "user")
+
+
+def seen_in_training(conversations: Sequence[Conversation], training: Sequence[Conversation]) -> dict[str, float]:
+    """Per task, the share of held-out questions that training also asks word for word.
+
+    Stricter than comparing whole prompts: a question counts as seen even if training asked it
+    under another system prompt. The corpus assigns every question to one split by a hash of
+    its text (``course_lib.data.corpus.question_split``), so this should print 0% for every
+    task; it is measured, not assumed, because a generator change could break the rule.
     """
-    train_prompts = {render_chat(c.prompt_messages) for c in training}
+    train_questions = {_question(c) for c in training}
     seen: dict[str, list[bool]] = {}
     for convo in conversations:
-        seen.setdefault(convo.task, []).append(render_chat(convo.prompt_messages) in train_prompts)
+        seen.setdefault(convo.task, []).append(_question(convo) in train_questions)
     return {task: sum(flags) / len(flags) for task, flags in seen.items()}
 
 
@@ -235,13 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         for convo, reply in zip(sample, generate_replies(model, tokenizer, sample)):
             mark = "ok " if SCORERS[convo.task](reply, convo.expected) else "BAD"
             print(f"[{mark}] {convo.task:<10} {convo.prompt_messages[-1]['content']!r} -> {reply!r}")
-    results = evaluate(model, tokenizer, conversations, temperatures=args.temperatures, seed=args.seed)
+    replies: dict[float, list[str]] = {}
+    results = evaluate(model, tokenizer, conversations, temperatures=args.temperatures, seed=args.seed,
+                       replies_out=replies)
     seen = _seen_in_shipped_training(args.model_dir, conversations)
     print(f"held-out split: seed {HELDOUT_SEED}, {args.per_task} conversations per task; "
           f"sampling seed {args.seed}; device {device}")
     print(format_table(results, seen))
+    grounded = format_grounded(conversations, replies[min(replies)])
+    if grounded:
+        print(grounded)
     if seen:
-        print("in train: share of held-out prompts that also occur verbatim in the training corpus")
+        print("in train: share of held-out questions that the training corpus also asks, word for word")
     missed = missed_targets(results)
     return 1 if args.check and missed else 0
 

@@ -42,7 +42,7 @@ def test_tiny_training_lowers_the_loss(tiny_run):
     losses = tiny_run.losses
     assert len(losses) == 40 and all(torch.isfinite(torch.tensor(losses)))
     start, end = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-    assert end < 0.6 * start, f"loss went from {start:.3f} to {end:.3f}"
+    assert end < 0.7 * start, f"loss went from {start:.3f} to {end:.3f}"
 
 
 def test_training_is_reproducible(tiny_run):

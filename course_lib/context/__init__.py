@@ -9,7 +9,8 @@ from course_lib.context.bm25 import BM25Index, UnknownPassageError, terms
 from course_lib.context.trace_log import (DEFAULT_PATTERNS, TraceLog, TraceLogError, TraceRecord, VerifyResult,
                                           redact, redact_record, verify)
 from course_lib.context.budget import (POLICIES, ContextBudget, ContextOverflow, Dropped, PackedContext, Passage,
-                                       pack_context, render_passages, render_tools)
+                                       pack_context, render_passages, render_tools,
+                                       user_with_passages)
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -31,5 +32,6 @@ __all__ = [
     "render_passages",
     "render_tools",
     "terms",
+    "user_with_passages",
     "verify",
 ]

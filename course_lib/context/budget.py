@@ -167,7 +167,10 @@ def render_passages(passages: Sequence[Passage]) -> str:
     return "\n".join([PASSAGES_OPEN, *blocks, PASSAGES_CLOSE])
 
 
-def _user_with_passages(question: str, passages: Sequence[Passage]) -> str:
+def user_with_passages(question: str, passages: Sequence[Passage]) -> str:
+    """The current user message with its passages: the fenced block, a blank line, the question.
+
+    The one layout the packer, the training corpus's grounded task and the notebooks share."""
     block = render_passages(passages)
     return f"{block}\n\n{question}" if block else question
 
@@ -282,8 +285,8 @@ def pack_context(system: str, tools: Sequence[Any], history: Sequence[Mapping[st
                 dropped.append(Dropped("passage", passage.id, extra, f"did not fit: needs {extra}, {left} left"))
 
     def _marginal(passage: Passage) -> int:
-        with_it = {"role": "user", "content": _user_with_passages(question, [*kept, passage])}
-        without = {"role": "user", "content": _user_with_passages(question, kept)}
+        with_it = {"role": "user", "content": user_with_passages(question, [*kept, passage])}
+        without = {"role": "user", "content": user_with_passages(question, kept)}
         return cost([with_it]) - cost([without])
 
     def fill_history() -> None:
@@ -304,7 +307,7 @@ def pack_context(system: str, tools: Sequence[Any], history: Sequence[Mapping[st
         fill()
 
     kept_history = [m for start, stop in sorted(kept_turns) for m in earlier[start:stop]]
-    user_message = {"role": "user", "content": _user_with_passages(question, kept)}
+    user_message = {"role": "user", "content": user_with_passages(question, kept)}
     messages = [system_message, *kept_history, user_message]
     prompt_tokens = len(encode_chat(tokenizer, messages))
 

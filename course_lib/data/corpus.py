@@ -1,6 +1,6 @@
 """A deterministic chat corpus for the course model: a pure function of (size, seed).
 
-Five kinds of conversation, each in the course chat template
+Six kinds of conversation, each in the course chat template
 (``course_lib.tokenization.chat_template``):
 
 - ``arithmetic``: "What is 2 + 2?" answered as digits ("4"), words ("four") or a sentence
@@ -11,10 +11,13 @@ Five kinds of conversation, each in the course chat template
 - ``extraction``: a refund or a table booking written as prose, answered with one JSON record.
 - ``tool``: a request answered by a tool call (``<|tool_call|>`` then JSON with ``name`` and
   ``arguments``), the tool's JSON result, then the final answer.
+- ``grounded``: fenced passages and a question, answered from the passages with the supporting
+  passage's id ("Lima [4]"), or "The passages do not say." (``course_lib.data.grounded``).
 
 Each ``Conversation`` records which assistant message is graded and what it should say, so
 ``course_lib.evaluate`` can score a model's reply against it. The held-out split is drawn with a
-different seed from the training split.
+different seed from the training split, and from questions training never contains: each
+question's split is fixed by a hash of its text (``question_split``).
 
     >>> convo = generate_corpus(1, seed=7)[0]
     >>> generate_corpus(1, seed=7)[0] == convo      # same seed, same corpus
@@ -32,16 +35,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_lib.data import facts
+from course_lib.data.grounded import grounded_conversation
 from course_lib.tokenization.chat_template import END_OF_TEXT, TOOL_CALL, render_chat
 
 TRAIN_SEED = 20261129
 HELDOUT_SEED = 7319  # a different seed: the held-out split is a fresh draw, never a slice of training
-TASKS: tuple[str, ...] = ("arithmetic", "fact", "unknown", "extraction", "tool")
+TASKS: tuple[str, ...] = ("arithmetic", "fact", "unknown", "extraction", "tool", "grounded")
 # How often each task is drawn: arithmetic (memorised sums) and extraction (copying ids and
 # amounts) are the hardest for a tiny model, so they get the most examples.
 TASK_WEIGHTS: dict[str, float] = {
-    "arithmetic": 0.36, "fact": 0.11, "unknown": 0.11, "extraction": 0.24, "tool": 0.18,
+    "arithmetic": 0.30, "fact": 0.09, "unknown": 0.09, "extraction": 0.20, "tool": 0.14, "grounded": 0.18,
 }
+# Every question belongs to one split, decided by a hash of its text: one in HELDOUT_BUCKETS
+# goes to the held-out split and never into training, so a held-out prompt is unseen by
+# construction (course eval measures the overlap anyway). The salt is fixed so the split never moves.
+HELDOUT_BUCKETS = 8
+SPLIT_SALT = "tinychat-split-1"
+SPLITS = ("train", "heldout")
 SYSTEM_PROMPTS: tuple[str, ...] = ("You are TinyChat.", "You are TinyChat, a small helpful assistant.")
 ABSTAIN = "I don't know."
 
@@ -281,14 +291,30 @@ def _tool(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
 
 
 _GENERATORS = {"arithmetic": _arithmetic, "fact": _fact, "unknown": _unknown,
-               "extraction": _extraction, "tool": _tool}
+               "extraction": _extraction, "tool": _tool, "grounded": grounded_conversation}
 
 
-def generate_conversation(rng: random.Random, task: str) -> Conversation:
-    """One conversation of ``task``, drawn from ``rng`` (which it advances)."""
+def question_split(question: str) -> str:
+    """'heldout' or 'train': which split a user question belongs to, fixed by its text.
+
+    >>> question_split("What is 2 + 2?"), question_split("What is the capital of France?")
+    ('train', 'train')
+    """
+    digest = hashlib.sha256(f"{SPLIT_SALT}\n{question}".encode("utf-8")).digest()
+    return "heldout" if digest[0] % HELDOUT_BUCKETS == 0 else "train"
+
+
+def generate_conversation(rng: random.Random, task: str, split: str = "train") -> Conversation:
+    """One conversation of ``task`` whose question belongs to ``split``, drawn from ``rng``
+    (which it advances; draws from the other split are discarded)."""
     if task not in _GENERATORS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    messages, expected = _GENERATORS[task](rng)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    while True:
+        messages, expected = _GENERATORS[task](rng)
+        if question_split(messages[0]["content"]) == split:
+            break
     # A system prompt on some conversations, so the model answers the same with or without one.
     if rng.random() < 0.4:
         messages.insert(0, {"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
@@ -296,7 +322,8 @@ def generate_conversation(rng: random.Random, task: str) -> Conversation:
     return Conversation(task, tuple(messages), reply_index, expected)
 
 
-def generate_corpus(n: int, seed: int, tasks: tuple[str, ...] | None = None) -> list[Conversation]:
+def generate_corpus(n: int, seed: int, tasks: tuple[str, ...] | None = None,
+                    split: str = "train") -> list[Conversation]:
     """``n`` conversations drawn from ``random.Random(seed)``: same arguments, same list.
 
     ``tasks`` restricts the draw (weights renormalised); by default all of ``TASKS``.
@@ -312,14 +339,14 @@ def generate_corpus(n: int, seed: int, tasks: tuple[str, ...] | None = None) -> 
         raise ValueError(f"tasks must be a non-empty subset of {TASKS}, got {tasks!r}")
     rng = random.Random(seed)
     weights = [TASK_WEIGHTS[t] for t in chosen]
-    return [generate_conversation(rng, rng.choices(chosen, weights)[0]) for _ in range(n)]
+    return [generate_conversation(rng, rng.choices(chosen, weights)[0], split) for _ in range(n)]
 
 
 def heldout_split(per_task: int, seed: int = HELDOUT_SEED) -> list[Conversation]:
     """``per_task`` held-out conversations of each task, drawn from ``seed`` (not the training seed)."""
     if seed == TRAIN_SEED:
         raise ValueError("the held-out split must use a seed other than TRAIN_SEED")
-    return [c for task in TASKS for c in generate_corpus(per_task, seed + TASKS.index(task), (task,))]
+    return [c for task in TASKS for c in generate_corpus(per_task, seed + TASKS.index(task), (task,), "heldout")]
 
 
 def corpus_fingerprint(conversations: list[Conversation]) -> str:

@@ -48,7 +48,7 @@ def exported(course, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def conversations():
-    return heldout_split(200)  # what `course eval` scores: 1,000 conversations
+    return heldout_split(200)  # what `course eval` scores: 200 conversations of each task
 
 
 def _ids(encoded) -> list[int]:

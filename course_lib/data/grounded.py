@@ -1,0 +1,136 @@
+"""The grounded question-answering task: answer from the passages in the prompt, cite one, or decline.
+
+A conversation is a user message holding a fenced block of short passages
+(``course_lib.context.user_with_passages``, the same layout the packer writes) and a question
+about one entity. Three cases, drawn at random:
+
+- ``new``: one passage states a fact about a made-up entity the weights cannot know;
+- ``contradict``: one passage states a *false* fact about an entity the model was trained on
+  ("The capital of France is Lima."): the right answer follows the passage, not the weights;
+- ``absent``: no passage is about the entity asked for; the answer is ``GROUNDED_ABSTAIN``.
+
+The other passages are distractors: facts about other entities, often of the same kind, so the
+model must match the entity, not the question's shape. Passage ids are distinct digits in a
+random order, so a citation must be copied, not counted. The reply is the value and the id of
+the supporting passage in brackets:
+
+    >>> import random
+    >>> messages, expected = grounded_conversation(random.Random(3))
+    >>> expected["mode"], messages[-1]["content"] == cited_answer(expected["value"], expected["passage_id"])
+    ('new', True)
+    >>> cited_answer("Lima", "4")
+    'Lima [4]'
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from course_lib.context.budget import Passage, user_with_passages
+from course_lib.data import facts
+
+GROUNDED_ABSTAIN = "The passages do not say."
+MODES: dict[str, float] = {"new": 0.45, "contradict": 0.25, "absent": 0.30}
+MAX_PASSAGES = 6
+
+# kind -> (passage templates, question templates); {x} entity, {y} value, {a}/{A} its article
+STATEMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "capital": (("The capital of {x} is {y}.", "{y} is the capital of {x}.", "{x} has its capital in {y}."),
+                ("What is the capital of {x}?", "Which city is the capital of {x}?",
+                 "Name the capital of {x}.")),
+    "symbol": (("The chemical symbol for {x} is {y}.", "{x} is written {y} in chemistry."),
+               ("What is the chemical symbol for {x}?", "Which symbol stands for {x}?")),
+    "legs": (("{A} {x} has {y} legs.", "Every {x} walks on {y} legs."),
+             ("How many legs does {a} {x} have?", "Count the legs of {a} {x}.")),
+}
+_KNOWN = {"capital": facts.CAPITALS, "symbol": facts.SYMBOLS, "legs": facts.LEGS}
+_LETTERS = "ABCDEFGHIKLMNOPRSTUVWXZ"
+
+
+def cited_answer(value: str, passage_id: str) -> str:
+    """The reply to a question that a passage answers: its value, then the passage's id."""
+    return f"{value} [{passage_id}]"
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[0].lower() in "aeiou" else "a"
+
+
+def _made_up_entity(rng: random.Random, kind: str) -> str:
+    from course_lib.data.corpus import made_up_name  # corpus imports this module
+
+    return made_up_name(rng, kind)
+
+
+def _made_up_value(rng: random.Random, kind: str, avoid: str | None = None) -> str:
+    """A value of the kind's shape: a city-like name, a one- or two-letter symbol, a leg count."""
+    while True:
+        if kind == "capital":
+            value = "".join(rng.choice(facts.SYLLABLES) for _ in range(2)).capitalize()
+        elif kind == "symbol":
+            value = rng.choice(_LETTERS) + (rng.choice("abcdeghiklmnorstuy") if rng.random() < 0.7 else "")
+        else:
+            value = str(rng.choice((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12)))
+        if value != avoid:
+            return value
+
+
+def _statement(rng: random.Random, kind: str, entity: str, value: str) -> str:
+    text = rng.choice(STATEMENTS[kind][0])
+    return text.format(x=entity, y=value, a=_article(entity), A=_article(entity).capitalize())
+
+
+def _distractor(rng: random.Random, avoid: set[str]) -> str:
+    """A fact about some other entity, known or made up, true or not: noise to be ignored."""
+    kind = rng.choice(list(STATEMENTS))
+    while True:
+        entity = rng.choice(list(_KNOWN[kind])) if rng.random() < 0.5 else _made_up_entity(rng, kind)
+        if entity.lower() not in avoid:
+            break
+    avoid.add(entity.lower())
+    value = str(_KNOWN[kind][entity]) if entity in _KNOWN[kind] and rng.random() < 0.5 else _made_up_value(rng, kind)
+    return _statement(rng, kind, entity, value)
+
+
+def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_passages: int | None = None,
+                          position: int | None = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """One grounded conversation: ([user, assistant], expected).
+
+    ``mode``, ``n_passages`` (1..MAX_PASSAGES) and ``position`` (0-based index of the supporting
+    passage) are drawn when not given; evaluations fix them to measure one effect at a time.
+    ``expected``: ``{"mode", "kind", "entity", "value", "passage_id", "weights_value",
+    "n_passages", "position"}``; value and passage_id are None when the passages do not say, and
+    weights_value is what the training facts say (None for a made-up entity).
+    """
+    mode = mode or rng.choices(list(MODES), list(MODES.values()))[0]
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    n = n_passages or rng.randint(1, MAX_PASSAGES)
+    if not 1 <= n <= 9:
+        raise ValueError(f"n_passages must be 1..9 (ids are single digits), got {n}")
+    kind = rng.choice(list(STATEMENTS))
+    if mode == "contradict" or (mode == "absent" and rng.random() < 0.4):
+        entity = rng.choice(list(_KNOWN[kind]))
+    else:
+        entity = _made_up_entity(rng, kind)
+    weights_value = str(_KNOWN[kind][entity]) if entity in _KNOWN[kind] else None
+    ids = [str(i) for i in rng.sample(range(1, 10), n)]
+    avoid = {entity.lower()}
+    texts = [_distractor(rng, avoid) for _ in range(n)]
+    value = passage_id = None
+    if mode != "absent":
+        value = _made_up_value(rng, kind, avoid=weights_value)
+        position = rng.randrange(n) if position is None else position
+        if not 0 <= position < n:
+            raise ValueError(f"position must be in 0..{n - 1}, got {position}")
+        texts[position] = _statement(rng, kind, entity, value)
+        passage_id = ids[position]
+    else:
+        position = None
+    question = rng.choice(STATEMENTS[kind][1]).format(x=entity, a=_article(entity))
+    passages = [Passage(pid, text, 0.0) for pid, text in zip(ids, texts)]
+    reply = GROUNDED_ABSTAIN if passage_id is None else cited_answer(value, passage_id)
+    expected = {"mode": mode, "kind": kind, "entity": entity, "value": value, "passage_id": passage_id,
+                "weights_value": weights_value, "n_passages": n, "position": position}
+    return [{"role": "user", "content": user_with_passages(question, passages)},
+            {"role": "assistant", "content": reply}], expected

@@ -1,0 +1,85 @@
+"""Scoring grounded replies, and the grounding experiments run end to end on the shipped model."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib.context import grounding as g
+from course_lib.data.corpus import heldout_split
+from course_lib.data.grounded import GROUNDED_ABSTAIN
+
+
+def test_parse_and_score():
+    assert g.parse_grounded_reply(" Lima [4] ") == ("Lima", "4")
+    assert g.parse_grounded_reply("Lima") == (None, None)
+    assert g.parse_grounded_reply(GROUNDED_ABSTAIN) == (None, None)
+    exp = {"value": "Lima", "passage_id": "4"}
+    assert g.score_grounded("Lima [4]", exp) and not g.score_grounded("Lima [5]", exp)
+    assert not g.score_grounded("Lima", exp) and not g.score_grounded(GROUNDED_ABSTAIN, exp)
+    none = {"value": None, "passage_id": None}
+    assert g.score_grounded(GROUNDED_ABSTAIN, none) and not g.score_grounded("Lima [4]", none)
+
+
+def test_metrics_count_each_case_in_its_own_denominator():
+    exps = [
+        {"mode": "new", "value": "Tarsk", "passage_id": "2", "weights_value": None},
+        {"mode": "new", "value": "Tarsk", "passage_id": "2", "weights_value": None},
+        {"mode": "contradict", "value": "Lima", "passage_id": "3", "weights_value": "Paris"},
+        {"mode": "contradict", "value": "Lima", "passage_id": "3", "weights_value": "Paris"},
+        {"mode": "absent", "value": None, "passage_id": None, "weights_value": None},
+    ]
+    replies = ["Tarsk [2]", GROUNDED_ABSTAIN, "Lima [1]", "Paris [3]", "Tarsk [2]"]
+    m = g.grounded_metrics(exps, replies)
+    assert m["accuracy"] == pytest.approx(1 / 5)
+    assert m["citation"] == pytest.approx(2 / 4)          # Tarsk [2], Paris [3]
+    assert m["false_abstention"] == pytest.approx(1 / 4)
+    assert m["abstention"] == 0.0
+    assert m["follows_context"] == 0.5 and m["follows_weights"] == 0.5
+    assert math.isnan(g.grounded_metrics(exps[-1:], [GROUNDED_ABSTAIN])["citation"])
+    with pytest.raises(ValueError, match="one each"):
+        g.grounded_metrics(exps, replies[:2])
+
+
+def test_unfenced_passages_keep_the_text_and_lose_the_fence():
+    content = '<passages>\n<passage id="3">\nThe capital of Velmora is Tarsk.\n</passage>\n</passages>\n\nQ?'
+    plain = g._unfenced(content)
+    assert "<passage" not in plain and "</passage" not in plain
+    assert "[3]\nThe capital of Velmora is Tarsk." in plain and plain.endswith("Q?")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from course_lib.model import load_model, load_tokenizer
+
+    torch.set_num_threads(1)
+    return load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+
+
+def test_experiments_run_on_the_shipped_model(shipped):
+    model, tok = shipped
+    points = g.position_sweep(model, tok, n_passages=3, per_position=3)
+    assert [p.position for p in points] == [1, 2, 3] and all(p.n == 3 and 0 <= p.accuracy <= 1 for p in points)
+    fenced, plain = g.injection_rate(model, tok, n=4)
+    assert fenced.fenced and not plain.fenced and fenced.n == plain.n == 4
+    convos = [c for c in heldout_split(6) if c.task == "grounded"]
+    scored = g.reply_confidence(model, tok, convos)
+    assert len(scored) == 6 and all(0 < s.confidence <= 1 for s in scored)
+    from course_lib.evaluate import generate_replies
+
+    assert [s.text for s in scored] == generate_replies(model, tok, convos, max_new_tokens=24)
+    assert [s.correct for s in scored] == [g.score_grounded(s.text, c.expected) for s, c in zip(scored, convos)]
+
+
+def test_a_planted_injection_replaces_one_distractor_and_spares_the_support():
+    import random
+    import re
+
+    for seed in range(50):
+        content, exp = g.plant_injection(random.Random(seed))
+        passages = dict(re.findall(r'<passage id="(\d)">\n(.*?)\n</passage>', content, re.S))
+        assert len(passages) == exp["n_passages"]
+        injected = [pid for pid, text in passages.items() if text in g.INJECTIONS]
+        assert len(injected) == 1 and injected[0] != exp["passage_id"]
+        assert exp["value"] in passages[exp["passage_id"]]
