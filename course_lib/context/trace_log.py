@@ -54,7 +54,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 # --- redaction -------------------------------------------------------------------------------
 
-EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# The lookbehind starts a match only where a local part can begin: without it a long run of
+# letters with no "@" is rescanned from every position (quadratic time on hostile input).
+EMAIL_RE = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 # optional +country, optional (area), then digit groups with optional single separators
 # a maximal run of digit groups joined by single spaces or dashes: where cards are looked for
 CARD_RUN_RE = re.compile(r"(?<![\w+])\d+(?:[ -]\d+)*(?![\w])")

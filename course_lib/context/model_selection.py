@@ -1,0 +1,75 @@
+"""Model selection by cost per successful task, measured on the course models.
+
+``measure_runs`` serves the same held-out conversations with each candidate model on the
+course engine (greedy), times each model, and counts per task the requests, the successes
+(``course_lib.evaluate.SCORERS``) and the prompt and completion tokens. ``priced`` turns each
+model's measured throughput into a price per token under one stated assumption: every model
+runs on the same rented machine at ``dollars_per_hour`` (``cost.price_from_throughput``), so a
+faster model is a cheaper one per token. ``course_lib.context.cost`` then divides cost by
+successes: a model that is cheap per request but fails often can cost more per success.
+
+    >>> from course_lib.context.cost import TaskRun
+    >>> m = Measured({"a": [TaskRun("a", "tool", 10, 5, 300, 100)]}, {"a": 2.0}, {"a": 200})
+    >>> [p.output_per_million for p in priced(m, dollars_per_hour=0.36)]  # 200 tokens in 2 s: 100 tok/s
+    [1.0]
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from course_lib.context.cost import ModelPrice, TaskRun, price_from_throughput
+
+# A small cloud instance with 2 vCPUs, roughly what the course machine is: an assumption stated
+# once, so every price below can be traced to it and changed in one place.
+DEFAULT_DOLLARS_PER_HOUR = 0.10
+
+
+@dataclass(frozen=True)
+class Measured:
+    runs: dict[str, list[TaskRun]]   # model name -> one TaskRun per task
+    seconds: dict[str, float]        # model name -> wall time serving all the conversations
+    completion_tokens: dict[str, int]
+
+    @property
+    def tokens_per_second(self) -> dict[str, float]:
+        return {name: self.completion_tokens[name] / self.seconds[name] for name in self.seconds}
+
+    def all_runs(self) -> list[TaskRun]:
+        return [run for runs in self.runs.values() for run in runs]
+
+
+def measure_runs(models: Mapping[str, object], tokenizer, conversations: Sequence, *,
+                 max_new_tokens: int = 64) -> Measured:
+    """Serve ``conversations`` (course ``Conversation`` objects) greedily with each model."""
+    from course_lib.evaluate import SCORERS
+    from course_lib.sampling import SamplingParams
+    from course_lib.serving import Engine
+
+    if not models:
+        raise ValueError("give at least one model, as {name: model}")
+    if not conversations:
+        raise ValueError("give at least one conversation to serve")
+    params = SamplingParams(temperature=0, max_new_tokens=max_new_tokens)
+    runs, seconds, produced = {}, {}, {}
+    for name, model in models.items():
+        engine = Engine(model, tokenizer, max_num_seqs=min(64, len(conversations)))
+        start = time.perf_counter()
+        completions = engine.generate([c.prompt_messages for c in conversations], params)
+        seconds[name] = time.perf_counter() - start
+        totals: dict[str, list[int]] = {}
+        for convo, done in zip(conversations, completions):
+            row = totals.setdefault(convo.task, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += bool(SCORERS[convo.task](done.text, convo.expected))
+            row[2] += len(done.prompt_ids)
+            row[3] += len(done.token_ids)
+        runs[name] = [TaskRun(name, task, *row) for task, row in totals.items()]
+        produced[name] = sum(row[3] for row in totals.values())
+    return Measured(runs, seconds, produced)
+
+
+def priced(measured: Measured, *, dollars_per_hour: float = DEFAULT_DOLLARS_PER_HOUR) -> list[ModelPrice]:
+    """One price per model from its measured throughput on the same machine."""
+    return [price_from_throughput(name, tps, dollars_per_hour) for name, tps in measured.tokens_per_second.items()]
