@@ -330,35 +330,14 @@ print(f"prefill {trace.seconds('prefill') * 1e3:.2f} ms for {trace.prompt_tokens
 # %% [markdown]
 # ## Interview probes
 #
-# **"Walk me through what happens when I press Enter in ChatGPT."**
-# - *Strong:* names the stages in order (template, tokenize, prefill, logits, decoding
-#   rule, decode loop with KV cache, stop condition, detokenize, post-process); separates
-#   prefill (parallel, sets time to first token) from decode (one token per step, sets the
-#   streaming speed); says the model is a next-token distribution and the rest is
-#   deterministic software that owns the guarantees.
-# - *Weak:* "the model reads the question and writes the answer", with no tokens, no loop,
-#   and no idea where latency or cost come from.
-#
-# **"What does temperature 0 mean? Is the output then deterministic?"**
-# - *Strong:* the $T \to 0$ limit of the softmax, i.e. greedy argmax; it removes sampling
-#   variety, not errors. Repeatable only for a fixed model, a fixed input *and* a fixed batch
-#   shape: a server that batches your request with others may sum in a different order, and a
-#   near-tie between two logits can then flip (notebook 04 measures this).
-# - *Weak:* "it makes the model factual" or "it turns randomness off everywhere".
-#
-# **"Our model doesn't know last month's policy change. Should we fine-tune it in?"**
-# - *Strong:* separates the three training stages: pretraining gives knowledge, instruction
-#   and preference tuning shape format and behaviour; none is a dependable way to add or update
-#   facts, and each run costs a training job and an evaluation. Facts that change belong in
-#   the prompt at request time (retrieval or a tool call), where they can be updated, cited
-#   and checked.
-# - *Weak:* "yes, RLHF on the new documents", or "the model learns from our users' chats".
-#
-# **"Why does the twentieth turn of a chat cost more than the first?"**
-# - *Strong:* the model is stateless, so each turn resends the whole history; prompt tokens
-#   grow with the conversation; prefix caching bills the repeated start at a discount and
-#   also skips its prefill work.
-# - *Weak:* "the model gets tired" or "longer answers", with no mention of the resent history.
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("00_orientation")
 
 # %% [markdown]
 # ## Recap

@@ -735,41 +735,14 @@ for kind in ("40 spaces", "mixed whitespace"):
 # %% [markdown]
 # ## Interview probes
 #
-# **"How many tokens is this text?"**
-# - *Strong:* it depends on the tokenizer, so name it (for example `cl100k_base` vs
-#   `o200k_base`) and count with it; add the chat template's overhead per message; English prose
-#   runs near 0.75 words per token, but other languages, code, emoji and adversarial text cost
-#   more per unit of meaning (measure on a parallel text), and invisible characters inflate counts.
-# - *Weak:* "about four characters per token", applied to every language and every model.
-#
-# **"A user typed `<|endoftext|>` into the chat. What happens?"**
-# - *Strong:* with a correct pipeline, nothing special: user content is encoded as ordinary
-#   text, so the string becomes a few harmless tokens; only the template may emit special IDs.
-#   Encoding it as the special ID would let users end documents or forge turns, which is why
-#   tiktoken raises by default.
-# - *Weak:* "the tokenizer handles it", with no idea of the difference between the string and
-#   the ID.
-#
-# **"Why does the same prompt cost different amounts on two models?"**
-# - *Strong:* different vocabularies and merge tables (a larger vocabulary usually means fewer
-#   tokens, especially outside English), different split patterns, and different chat templates.
-# - *Weak:* "the prices are different" (true, but the token counts differ too).
-#
-# **"Why can't a model reliably count the r's in 'strawberry' or add two long numbers?"**
-# - *Strong:* the model sees token IDs, not letters: the word is one or a few tokens (the
-#   cell above shows them), so its spelling is only implicit; numbers are cut into groups of up
-#   to three digits from the left, so place values sit at positions that depend on the
-#   number's length. Workarounds: spell out or separate the digits, use a calculator tool,
-#   digit-level tokenization.
-# - *Weak:* "models are bad at maths", with no mention of what the model actually receives.
-#
-# **"Why not use a much bigger vocabulary?"**
-# - *Strong:* it shortens sequences (the measurement above shows the saving from
-#   `cl100k_base` to `o200k_base`, largest outside English), but the embedding and output
-#   matrices grow in proportion to the number of IDs (computed above at width 4,096), every
-#   step computes more logits, and rare tokens are undertrained; the right size grows with
-#   the model and the languages it serves.
-# - *Weak:* "bigger is always better", or "vocabulary size does not matter".
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("01_tokenization")
 
 # %% [markdown]
 # ## Recap

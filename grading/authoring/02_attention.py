@@ -677,46 +677,14 @@ plt.show()
 # %% [markdown]
 # ## Interview probes
 #
-# **"Why divide by $\sqrt{d_k}$?"**
-# - *Strong:* dot products of $d_k$-dimensional vectors with unit-variance entries have
-#   variance $d_k$; unscaled, the softmax saturates (near one-hot), gradients vanish and
-#   training stalls; the scale keeps the score variance near 1 for any head width.
-# - *Weak:* "to normalise things" or "it makes it faster".
-#
-# **"What do grouped-query and multi-query attention trade?"**
-# - *Strong:* fewer key/value heads shrink the KV cache (and the bytes read per decode step)
-#   by $H / H_{kv}$, so more sequences fit and decode is faster; the price is a little
-#   quality, usually small for GQA, larger for MQA; the query heads are untouched.
-# - *Weak:* "it has fewer heads, so it is smaller", with no mention of the cache.
-#
-# **"Why do modern transformers use pre-norm rather than post-norm?"**
-# - *Strong:* pre-norm computes `x + f(Norm(x))`, leaving the residual stream un-normalised,
-#   so every block has an identity path and gradients reach early layers undiminished; deep
-#   stacks train without long warm-up or divergence. Post-norm normalises after each add,
-#   rescaling the gradient at every layer. Pre-norm's stream grows with depth (measured
-#   above on the course model), hence the final norm before the output head. Can point at
-#   steps 1 and 7 of Exercise 5, where the norms sit on the branch inputs.
-# - *Weak:* "normalising earlier is better", with no mention of the residual path or of
-#   training stability.
-#
-# **"Attention is $O(n^2)$. What can you do about it, and what does each fix cost?"**
-# - *Strong:* separates exact from approximate. FlashAttention-style tiling keeps the result
-#   exact and makes memory linear, but the work stays quadratic. Sparse patterns and sliding
-#   windows cut work to about $n \cdot w$ and give up direct access to distant tokens (the
-#   cell above: the window's score memory at 128k tokens is a small fraction of full
-#   attention's); linear attention and state-space layers make it linear with a fixed-size
-#   state and give up precise long-range recall, which is why hybrids keep some full layers.
-# - *Weak:* "use FlashAttention, it makes attention linear", or naming a method without
-#   saying what it loses.
-#
-# **"Is the model reasoning, or pattern-matching?"**
-# - *Strong:* separates what can be observed from what is claimed. Observable: outputs are
-#   conditioned on the context, and writing out intermediate steps measurably improves some
-#   tasks. Claims about the internal algorithm need evidence (probing, interventions), and
-#   attention maps are not that evidence. Answers in terms of measured behaviour on held-out
-#   tasks rather than a verdict.
-# - *Weak:* a confident "yes, it reasons" or "no, it is just autocomplete", with nothing
-#   that could be checked.
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("02_attention")
 
 # %% [markdown]
 # ## Recap

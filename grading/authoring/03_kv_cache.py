@@ -657,52 +657,22 @@ for batch in (1, 8, 64, 256):
 # 4,096-token contexts, in the table). Prefill is the opposite case: hundreds of prompt tokens go through each weight
 # read, so it is limited by arithmetic. Smaller caches (GQA, MLA, int8 KV) shorten decode
 # steps directly.
-#
+
+# %% [markdown]
 # ## Interview probes
 #
-# **"Why is long context expensive?"**
-# - *Strong:* two separate costs. Prefill's attention scores grow with the square of the
-#   prompt length (every token against every earlier one). Then every token in the context
-#   sits in the KV cache for the whole conversation, linear in length per sequence, and that
-#   memory caps how many sequences run at once: a GPT-3-class geometry at 4k tokens in fp16
-#   needs 2 × 96 × 96 × 128 × 4096 × 2 ≈ 19.3 GB per sequence; 8 KV heads bring it to
-#   1.6 GB. Names the levers: GQA/MQA, MLA, sliding windows, quantized caches, paging,
-#   shorter prompts, prefix caching.
-# - *Weak:* "attention is quadratic", with nothing about the cache, memory, or concurrency.
-#
-# **"Does the KV cache make decoding O(1) per token?"**
-# - *Strong:* no. It removes the recomputation of keys and values for the prefix, so
-#   projections and MLP cost the same at every step, but the new query still reads all $t$
-#   cached keys and values: $O(t)$ per step, $O(n^2)$ for an answer of $n$ tokens (the count
-#   at the top of this notebook). In practice the cache read costs memory bandwidth more than
-#   arithmetic.
-# - *Weak:* "yes, the cache makes each step constant time".
-#
-# **"Your 80 GB GPU holds the model easily, so why can you only serve a handful of users?"**
-# - *Strong:* computes weights + reserve + n × per-sequence cache; shows how context length
-#   and KV heads set the per-sequence cost; proposes int8 KV, paging, or capping max tokens.
-# - *Weak:* "add more GPUs", with no arithmetic.
-#
-# **"Roughly how many FLOPs does one generated token cost, and why is decode still slow on a
-# GPU that does hundreds of TFLOP/s?"**
-# - *Strong:* about 2 × parameters (for Llama-3-8B the GFLOP figure printed above, plus
-#   attention's cache reads);
-#   but at batch 1 each step must read every weight and the cache from memory, about one
-#   FLOP per byte against the H100's ridge printed above, so the step is bandwidth-bound
-#   (the table above); batching amortizes the weight reads, smaller caches shorten the rest.
-# - *Weak:* divides FLOPs by peak FLOP/s and predicts thousands of tokens per second for one
-#   user.
-#
-# **"What does prefix caching share, and what does it save?"**
-# - *Strong:* the KV cache of identical leading tokens (a system prompt, few-shot examples,
-#   earlier turns of the same chat). Their keys and values depend only on those tokens and
-#   their positions, so every request that starts with the same tokens can reuse the same
-#   blocks (reference-counted, copied only if written). It saves prefill compute for the
-#   shared tokens (latency to the first token) and memory for every sharer after the first;
-#   it saves nothing once the prompts diverge, and a single changed token early on breaks
-#   the match for everything after it. Puts numbers on it (below).
-# - *Weak:* "it caches responses", or thinks the cache can be reused for the same tokens at
-#   a different position.
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("03_kv_cache")
+
+# %% [markdown]
+# The numbers behind the prefix-caching card: what one shared system prompt saves on
+# Llama-3-8B.
 
 # %%
 system_prompt, sharers = 2000, 32

@@ -758,32 +758,16 @@ print(f"width 4 over width 1: {copied / one_copied:.1f}x with prompt copies, {sh
 # %% [markdown]
 # ## Interview probes
 #
-# **"Your eval dropped 2% after a redeploy. Is it the model?"**
-# - *Strong:* first pins everything that can move: model revision, tokenizer and template,
-#   decoding parameters, serving stack. Replays a fixed input set with the old and new
-#   stacks; estimates the run-to-run noise by repeated trials of the *same* stack; only a
-#   drop well outside that noise counts as a change. Knows that batch composition and
-#   kernels change outputs even at a fixed seed, and that exact contracts belong in
-#   validators, not in seeds.
-# - *Weak:* "set temperature to 0 and the seed to 42, and rerun".
-#
-# **"Top-k or top-p?"**
-# - *Strong:* top-k keeps a fixed count whatever the distribution's shape; top-p keeps a
-#   fixed probability mass, so it keeps few tokens when the model is sure and many when it is
-#   not; min-p scales the cut with the top probability. All three remove the tail so that a
-#   higher temperature does not sample garbage.
-# - *Weak:* "they both make it more creative".
-#
-# **"Why don't chat APIs use beam search?"**
-# - *Strong:* beam search looks for the most likely whole sequence, and for open-ended text
-#   that sequence is short (summed log-probabilities favour it; length penalties are a patch)
-#   and bland. It multiplies the KV cache and the decode work per request by the beam width
-#   (the ratios printed above, up to four times for width 4), so fewer requests fit in a batch, and
-#   the answer cannot be streamed until the beams settle. Sampling with temperature and top-p
-#   gives varied, natural text at the cost of one sequence. Beam search remains in
-#   translation, speech recognition and short constrained outputs.
-# - *Weak:* "beam search is always better, it searches more".
-#
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("04_sampling")
+
+# %% [markdown]
 # ## Recap
 # - Greedy (T = 0) is argmax: repeatable only for a fixed model, input and batch shape (the
 #   logits moved with the batch shape above), and not more correct.

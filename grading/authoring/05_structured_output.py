@@ -1021,36 +1021,20 @@ print(f"money that actually moved: {book.refunds}; order A1234 now shows {book.g
 # outcome and moves no money. The reply the model writes after that is still just a
 # proposal of *wording*: the facts it may report are the ones the tool read back from the
 # store.
-#
+
+# %% [markdown]
 # ## Interview probes
 #
-# **"Our JSON outputs keep failing validation. What do you do?"**
-# - *Strong:* first separates syntax failures (does not parse, wrong shape) from semantic
-#   ones (parses, fits the schema, wrong value), by logging which check failed. For syntax:
-#   constrained decoding against the schema (the provider's structured-output mode, or a
-#   grammar engine when self-hosting), with a schema inside the supported subset and bounded
-#   strings and arrays so outputs cannot run out of tokens. For semantics: server-side
-#   validation (ranges, enums, cross-field invariants, lookups), because no decoder can
-#   know the right value. Where constraining is impossible: parse, validate, retry with the
-#   error fed back, capped at one or two retries, and alert on the rate. Also checks that the
-#   format is one the model can produce (examples in the prompt).
-# - *Weak:* "add 'respond only in JSON' to the prompt", or "lower the temperature". Both
-#   make failures rarer, neither makes them impossible, and neither touches wrong values.
-#
-# **"How would you let a model issue refunds?"**
-# - *Strong:* the model only proposes a call; a dispatcher checks the tool is on the
-#   allow-list, validates the arguments against the real signature, takes the user's
-#   identity and permissions from the session (never from arguments), enforces money rules
-#   against the authoritative store, requires an idempotency key, reads the state back after
-#   the write, and treats tool results and documents as data. Large amounts go to a human.
-# - *Weak:* "tell the model in the system prompt never to refund more than the order total".
-#
-# **"Why is `arguments` a string in OpenAI's tool calls?"**
-# - *Strong:* because it is what the model generated, unparsed and unvalidated; it may not
-#   even be JSON (without strict mode). Parsing and validating it is the caller's job, before
-#   anything runs.
-# - *Weak:* "a quirk of the API; just call `json.loads`".
-#
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("05_structured_output")
+
+# %% [markdown]
 # ## Recap
 # - An application needs output that parses and fits a schema, and tool calls that code
 #   checks before anything runs. Prompts and low temperatures make failures rare, not

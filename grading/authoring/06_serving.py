@@ -1153,45 +1153,20 @@ plt.show()
 # | tiled attention, online softmax (notebook 02) | the same exact result with less memory traffic | a more complex kernel |
 # | int8 weights | a quarter of float32 memory; faster memory-bound steps with int8 kernels | a small, measurable accuracy cost |
 # | speculative decoding | fewer target passes at small batch | draft compute; little gain at large batch or low acceptance |
-#
+
+# %% [markdown]
 # ## Interview probes
 #
-# **"How would you cut p99 latency?"**
-# - *Strong:* first asks which part of the latency is the tail: TTFT (queueing for a seat,
-#   long prompts, prefill of newcomers) or decode (long outputs, big batches). For TTFT:
-#   admission control and autoscaling so the queue stays short, chunked prefill and a token
-#   budget per step, prefix caching for shared prompts, shorter inputs. For decode: output
-#   caps, a smaller or quantized model, speculative decoding at low load, smaller batches for
-#   the latency tier. Measures p99 under realistic load with a benchmark client rather than
-#   from averages, and trades throughput for it knowingly (the load curve).
-# - *Weak:* "use a faster GPU" or "add more replicas", without locating the tail or naming
-#   the throughput trade.
-#
-# **"What does continuous batching trade?"**
-# - *Strong:* scheduling at every step keeps seats full, so throughput rises sharply on
-#   mixed-length replies; the cost is that each step's work (and so each request's ITL)
-#   depends on who else is running, especially when newcomers are prefilled, so latency is
-#   less predictable. Chunked prefill, a token budget and decode-first ordering bound that.
-#   Static batching is simpler and steadier but wastes seats until the longest reply ends.
-# - *Weak:* "it is always better", or confuses it with simply using a larger batch.
-#
-# **"Why is decode memory-bound?"**
-# - *Strong:* each step computes one token per sequence, about 2 FLOPs per parameter, but
-#   must read every weight (2 bytes per parameter in bf16) and the sequence's KV cache, so
-#   the intensity is about 1 FLOP per byte against a ridge of a few hundred on an H100; the
-#   step time is bytes / bandwidth (an 8B model: ~16 GB at 3.35 TB/s, at most ~200 tokens/s
-#   per sequence). Batching shares the weight reads; caches still scale per sequence.
-# - *Weak:* "because attention is quadratic", or quoting FLOPs alone.
-#
-# **"When does speculative decoding not pay?"**
-# - *Strong:* when acceptance is low (high temperature, creative text, a draft trained on
-#   other data), when the draft is not much cheaper than the target, and at large batch,
-#   where the target step is already compute-bound so verifying extra tokens costs real
-#   arithmetic. It keeps the target's output distribution exactly (accept with min(1, p/q),
-#   resample from the residual), so it is a pure speed question, measured in wall-clock time
-#   per token at the batch size you actually run.
-# - *Weak:* "it always makes generation k times faster", or "it lowers quality".
-#
+# Answer each question aloud before you read its points, then count the points you made. The
+# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
+# interview drills ask.
+
+# %%
+from course_lib.drills.cards import show_probes
+
+show_probes("06_serving")
+
+# %% [markdown]
 # ## Recap
 # - Prefill handles the whole prompt in one pass and sets TTFT; decode makes one token per
 #   pass and sets TPOT and ITL, which usually dominate a long answer. TTFT, TPOT = (latency -

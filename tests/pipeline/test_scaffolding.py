@@ -1,5 +1,6 @@
 """Every notebook opens with prerequisites and a time estimate, offers progressive hints for
-every exercise, and closes with a recap and self-check questions."""
+every exercise, shows its interview probes from the probe bank, and closes with a recap and
+self-check questions."""
 from __future__ import annotations
 
 import importlib
@@ -7,10 +8,14 @@ import re
 
 import pytest
 
+from course_lib.drills.cards import cards_for
 from course_lib.pipeline.authoring import exercises, parse
 from course_lib.pipeline.estimate import reading_minutes
 from tests.pipeline.conftest import ASSIGNMENTS, REPO
 
+# The notebooks whose probes live in the bank (course_lib/drills/probes.toml); 07 joins when its
+# probes move there too.
+PROBED = [name for name in ASSIGNMENTS if name[:2] <= "06"]
 TIME = re.compile(r"\*\*Time:\*\* about (\d+) minutes")
 
 
@@ -57,3 +62,18 @@ def test_the_notebook_closes_with_a_recap_and_self_check_questions(name):
     assert "## Recap" in last and "**Self-check:**" in last
     questions = last.split("**Self-check:**", 1)[1]
     assert len(re.findall(r"^\s*\d+\.\s", questions, flags=re.M)) >= 3, "ask at least three numbered questions"
+
+
+@pytest.mark.parametrize("name", PROBED)
+def test_the_interview_probes_are_shown_from_the_bank(name):
+    specs = cells(name)
+    (heading,) = [i for i, c in enumerate(specs) if c.kind == "markdown" and "## Interview probes" in c.body]
+    shown = specs[heading + 1]
+    assert shown.kind == "code" and f'show_probes("{name}")' in shown.body, \
+        f"follow the '## Interview probes' heading with a cell that calls show_probes(\"{name}\")"
+    recap = max(i for i, c in enumerate(specs) if c.kind == "markdown" and "## Recap" in c.body)
+    assert heading < recap, "the probes come before the recap"
+    written = [c.line for c in specs if c.kind == "markdown" and re.search(r"\*(Strong|Weak):\*", c.body)]
+    assert not written, f"probes written inline at line(s) {written}: move them to course_lib/drills/probes.toml"
+    assert sum("show_probes(" in c.body for c in specs) == 1
+    assert len(cards_for(name)) >= 3, f"give {name} at least three probe cards in course_lib/drills/probes.toml"
