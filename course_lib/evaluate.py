@@ -12,7 +12,8 @@ from the messages before it; a task's score is the share of replies that pass it
 - tool: ``<|tool_call|>`` then JSON naming the right tool with exactly the right arguments;
 - unknown: the reply abstains ("I don't know ...");
 - fact: the reply states the known answer (reported, no target);
-- grounded: the passage's value with its id ("Lindor [5]"), or "The passages do not say." when
+- grounded: the supporting passage's statement and its id ("The capital of Pexdor is Lindor.
+  [5]"), or "The passages do not say." when
   no passage answers; below the table, citation correctness, abstention and whether answers
   follow a passage that contradicts the training facts (``course_lib.context.grounding``).
 

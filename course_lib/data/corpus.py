@@ -12,7 +12,8 @@ Six kinds of conversation, each in the course chat template
 - ``tool``: a request answered by a tool call (``<|tool_call|>`` then JSON with ``name`` and
   ``arguments``), the tool's JSON result, then the final answer.
 - ``grounded``: fenced passages and a question, answered from the passages with the supporting
-  passage's id ("Lima [4]"), or "The passages do not say." (``course_lib.data.grounded``).
+  passage's statement and id ("The capital of France is Lima. [4]"), or "The passages do not
+  say." (``course_lib.data.grounded``).
 
 Each ``Conversation`` records which assistant message is graded and what it should say, so
 ``course_lib.evaluate`` can score a model's reply against it. The held-out split is drawn with a
@@ -44,7 +45,7 @@ TASKS: tuple[str, ...] = ("arithmetic", "fact", "unknown", "extraction", "tool",
 # How often each task is drawn: arithmetic (memorised sums) and extraction (copying ids and
 # amounts) are the hardest for a tiny model, so they get the most examples.
 TASK_WEIGHTS: dict[str, float] = {
-    "arithmetic": 0.30, "fact": 0.09, "unknown": 0.09, "extraction": 0.20, "tool": 0.14, "grounded": 0.18,
+    "arithmetic": 0.30, "fact": 0.08, "unknown": 0.08, "extraction": 0.18, "tool": 0.16, "grounded": 0.20,
 }
 # Every question belongs to one split, decided by a hash of its text: one in HELDOUT_BUCKETS
 # goes to the held-out split and never into training, so a held-out prompt is unseen by

@@ -11,15 +11,16 @@ about one entity. Three cases, drawn at random:
 
 The other passages are distractors: facts about other entities, often of the same kind, so the
 model must match the entity, not the question's shape. Passage ids are distinct digits in a
-random order, so a citation must be copied, not counted. The reply is the value and the id of
-the supporting passage in brackets:
+random order, so a citation must be copied, not counted. The reply repeats the supporting
+passage's statement and gives its id in brackets:
 
     >>> import random
     >>> messages, expected = grounded_conversation(random.Random(3))
-    >>> expected["mode"], messages[-1]["content"] == cited_answer(expected["value"], expected["passage_id"])
+    >>> expected["mode"], messages[-1]["content"] == cited_answer(
+    ...     statement(expected["kind"], expected["entity"], expected["value"]), expected["passage_id"])
     ('new', True)
-    >>> cited_answer("Lima", "4")
-    'Lima [4]'
+    >>> cited_answer("The capital of France is Lima.", "4")
+    'The capital of France is Lima. [4]'
 """
 from __future__ import annotations
 
@@ -31,25 +32,36 @@ from course_lib.data import facts
 
 GROUNDED_ABSTAIN = "The passages do not say."
 MODES: dict[str, float] = {"new": 0.45, "contradict": 0.25, "absent": 0.30}
-MAX_PASSAGES = 6
+MAX_PASSAGES = 5
 
 # kind -> (passage templates, question templates); {x} entity, {y} value, {a}/{A} its article
-STATEMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "capital": (("The capital of {x} is {y}.", "{y} is the capital of {x}.", "{x} has its capital in {y}."),
-                ("What is the capital of {x}?", "Which city is the capital of {x}?",
-                 "Name the capital of {x}.")),
-    "symbol": (("The chemical symbol for {x} is {y}.", "{x} is written {y} in chemistry."),
+# One statement per kind, and the reply repeats it: the model writes "The capital of Velmora is",
+# finds the passage that says the same words and copies what follows (the copying that small
+# transformers learn first), then the id of the passage it copied from.
+STATEMENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "capital": ("The capital of {x} is {y}.",
+                ("What is the capital of {x}?", "Which city is the capital of {x}?", "Name the capital of {x}.")),
+    "symbol": ("The chemical symbol for {x} is {y}.",
                ("What is the chemical symbol for {x}?", "Which symbol stands for {x}?")),
-    "legs": (("{A} {x} has {y} legs.", "Every {x} walks on {y} legs."),
-             ("How many legs does {a} {x} have?", "Count the legs of {a} {x}.")),
+    "legs": ("{A} {x} has {y} legs.", ("How many legs does {a} {x} have?", "Count the legs of {a} {x}.")),
 }
 _KNOWN = {"capital": facts.CAPITALS, "symbol": facts.SYMBOLS, "legs": facts.LEGS}
 _LETTERS = "ABCDEFGHIKLMNOPRSTUVWXZ"
 
 
-def cited_answer(value: str, passage_id: str) -> str:
-    """The reply to a question that a passage answers: its value, then the passage's id."""
-    return f"{value} [{passage_id}]"
+def cited_answer(statement: str, passage_id: str) -> str:
+    """The reply to a question that a passage answers: the passage's statement, then its id."""
+    return f"{statement} [{passage_id}]"
+
+
+def statement(kind: str, entity: str, value: str) -> str:
+    """The one sentence that states ``entity``'s ``kind`` is ``value``.
+
+    >>> statement("legs", "ant", "6")
+    'An ant has 6 legs.'
+    """
+    article = _article(entity)
+    return STATEMENTS[kind][0].format(x=entity, y=value, a=article, A=article.capitalize())
 
 
 def _article(noun: str) -> str:
@@ -75,21 +87,17 @@ def _made_up_value(rng: random.Random, kind: str, avoid: str | None = None) -> s
             return value
 
 
-def _statement(rng: random.Random, kind: str, entity: str, value: str) -> str:
-    text = rng.choice(STATEMENTS[kind][0])
-    return text.format(x=entity, y=value, a=_article(entity), A=_article(entity).capitalize())
-
-
-def _distractor(rng: random.Random, avoid: set[str]) -> str:
-    """A fact about some other entity, known or made up, true or not: noise to be ignored."""
-    kind = rng.choice(list(STATEMENTS))
+def _distractor(rng: random.Random, avoid: set[str], asked: str) -> str:
+    """A fact about some other entity, known or made up, true or not: noise to be ignored.
+    Most are of the kind asked about, so only the entity tells the right passage apart."""
+    kind = asked if rng.random() < 0.6 else rng.choice(list(STATEMENTS))
     while True:
         entity = rng.choice(list(_KNOWN[kind])) if rng.random() < 0.5 else _made_up_entity(rng, kind)
         if entity.lower() not in avoid:
             break
     avoid.add(entity.lower())
     value = str(_KNOWN[kind][entity]) if entity in _KNOWN[kind] and rng.random() < 0.5 else _made_up_value(rng, kind)
-    return _statement(rng, kind, entity, value)
+    return statement(kind, entity, value)
 
 
 def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_passages: int | None = None,
@@ -116,20 +124,20 @@ def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_pass
     weights_value = str(_KNOWN[kind][entity]) if entity in _KNOWN[kind] else None
     ids = [str(i) for i in rng.sample(range(1, 10), n)]
     avoid = {entity.lower()}
-    texts = [_distractor(rng, avoid) for _ in range(n)]
+    texts = [_distractor(rng, avoid, kind) for _ in range(n)]
     value = passage_id = None
     if mode != "absent":
         value = _made_up_value(rng, kind, avoid=weights_value)
         position = rng.randrange(n) if position is None else position
         if not 0 <= position < n:
             raise ValueError(f"position must be in 0..{n - 1}, got {position}")
-        texts[position] = _statement(rng, kind, entity, value)
+        texts[position] = statement(kind, entity, value)
         passage_id = ids[position]
     else:
         position = None
     question = rng.choice(STATEMENTS[kind][1]).format(x=entity, a=_article(entity))
     passages = [Passage(pid, text, 0.0) for pid, text in zip(ids, texts)]
-    reply = GROUNDED_ABSTAIN if passage_id is None else cited_answer(value, passage_id)
+    reply = GROUNDED_ABSTAIN if passage_id is None else cited_answer(texts[position], passage_id)
     expected = {"mode": mode, "kind": kind, "entity": entity, "value": value, "passage_id": passage_id,
                 "weights_value": weights_value, "n_passages": n, "position": position}
     return [{"role": "user", "content": user_with_passages(question, passages)},

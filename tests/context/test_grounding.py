@@ -11,26 +11,33 @@ from course_lib.data.corpus import heldout_split
 from course_lib.data.grounded import GROUNDED_ABSTAIN
 
 
+LIMA = "The capital of France is Lima."
+
+
 def test_parse_and_score():
-    assert g.parse_grounded_reply(" Lima [4] ") == ("Lima", "4")
+    assert g.parse_grounded_reply(f" {LIMA} [4] ") == ("Lima", "4")
+    assert g.parse_grounded_reply("An ant has 7 legs. [2]") == ("7", "2")
+    assert g.parse_grounded_reply("The chemical symbol for tin is Xq. [9]") == ("Xq", "9")
+    assert g.parse_grounded_reply("Lima is nice. [4]") == (None, "4")
     assert g.parse_grounded_reply("Lima") == (None, None)
     assert g.parse_grounded_reply(GROUNDED_ABSTAIN) == (None, None)
-    exp = {"value": "Lima", "passage_id": "4"}
-    assert g.score_grounded("Lima [4]", exp) and not g.score_grounded("Lima [5]", exp)
-    assert not g.score_grounded("Lima", exp) and not g.score_grounded(GROUNDED_ABSTAIN, exp)
-    none = {"value": None, "passage_id": None}
-    assert g.score_grounded(GROUNDED_ABSTAIN, none) and not g.score_grounded("Lima [4]", none)
+    exp = {"kind": "capital", "entity": "France", "value": "Lima", "passage_id": "4"}
+    assert g.score_grounded(f"{LIMA} [4]", exp) and not g.score_grounded(f"{LIMA} [5]", exp)
+    assert not g.score_grounded(LIMA, exp) and not g.score_grounded(GROUNDED_ABSTAIN, exp)
+    none = {"kind": "capital", "entity": "France", "value": None, "passage_id": None}
+    assert g.score_grounded(GROUNDED_ABSTAIN, none) and not g.score_grounded(f"{LIMA} [4]", none)
 
 
 def test_metrics_count_each_case_in_its_own_denominator():
-    exps = [
-        {"mode": "new", "value": "Tarsk", "passage_id": "2", "weights_value": None},
-        {"mode": "new", "value": "Tarsk", "passage_id": "2", "weights_value": None},
-        {"mode": "contradict", "value": "Lima", "passage_id": "3", "weights_value": "Paris"},
-        {"mode": "contradict", "value": "Lima", "passage_id": "3", "weights_value": "Paris"},
-        {"mode": "absent", "value": None, "passage_id": None, "weights_value": None},
-    ]
-    replies = ["Tarsk [2]", GROUNDED_ABSTAIN, "Lima [1]", "Paris [3]", "Tarsk [2]"]
+    new = {"mode": "new", "kind": "capital", "entity": "Velmora", "value": "Tarsk", "passage_id": "2",
+           "weights_value": None}
+    contra = {"mode": "contradict", "kind": "capital", "entity": "France", "value": "Lima", "passage_id": "3",
+              "weights_value": "Paris"}
+    absent = {"mode": "absent", "kind": "capital", "entity": "Velmora", "value": None, "passage_id": None,
+              "weights_value": None}
+    exps = [new, new, contra, contra, absent]
+    tarsk = "The capital of Velmora is Tarsk. [2]"
+    replies = [tarsk, GROUNDED_ABSTAIN, f"{LIMA} [1]", "The capital of France is Paris. [3]", tarsk]
     m = g.grounded_metrics(exps, replies)
     assert m["accuracy"] == pytest.approx(1 / 5)
     assert m["citation"] == pytest.approx(2 / 4)          # Tarsk [2], Paris [3]

@@ -10,7 +10,7 @@ from course_lib.context.budget import PASSAGES_CLOSE, PASSAGES_OPEN
 from course_lib.data import facts
 from course_lib.data.corpus import (TASKS, TRAIN_SEED, generate_conversation, generate_corpus, heldout_split,
                                     question_split)
-from course_lib.data.grounded import GROUNDED_ABSTAIN, MAX_PASSAGES, MODES, grounded_conversation
+from course_lib.data.grounded import GROUNDED_ABSTAIN, MAX_PASSAGES, MODES, grounded_conversation, statement
 
 _PASSAGE = re.compile(r'<passage id="(\d)">\n(.*?)\n</passage>', re.S)
 _KNOWN = {**facts.CAPITALS, **facts.SYMBOLS, **{k: str(v) for k, v in facts.LEGS.items()}}
@@ -37,7 +37,9 @@ def test_a_grounded_conversation_says_what_its_record_says(seed):
         # exactly one passage is about the entity: the one the answer cites, stating the value
         assert mentioning == [exp["passage_id"]]
         assert re.search(rf"\b{re.escape(exp['value'])}\b", passages[exp["passage_id"]])
-        assert messages[1]["content"] == f"{exp['value']} [{exp['passage_id']}]"
+        said = statement(exp["kind"], exp["entity"], exp["value"])
+        assert passages[exp["passage_id"]] == said
+        assert messages[1]["content"] == f"{said} [{exp['passage_id']}]"
         assert list(passages).index(exp["passage_id"]) == exp["position"]
     if exp["mode"] == "contradict":
         assert exp["weights_value"] == _KNOWN[exp["entity"]] != exp["value"]
@@ -53,6 +55,18 @@ def test_modes_positions_and_sizes_are_all_drawn():
     assert {d["position"] for d in draws if d["position"] is not None} == set(range(MAX_PASSAGES))
     share = sum(d["mode"] == "absent" for d in draws) / len(draws)
     assert abs(share - MODES["absent"]) < 0.05
+
+
+def test_most_distractors_share_the_kind_asked_about():
+    rng = random.Random(2)
+    same = total = 0
+    for _ in range(300):
+        messages, exp = grounded_conversation(rng, mode="absent", n_passages=MAX_PASSAGES)
+        passages, _, _ = _parts(messages)
+        starts = {"capital": "The capital of ", "symbol": "The chemical symbol for ", "legs": " legs."}
+        same += sum(starts[exp["kind"]] in text for text in passages.values())
+        total += len(passages)
+    assert 0.6 < same / total < 0.85  # 60% drawn from the asked kind, plus a third of the rest
 
 
 def test_fixed_draws_and_bad_arguments():
