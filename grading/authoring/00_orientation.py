@@ -340,6 +340,16 @@ from course_lib.drills.cards import show_probes
 show_probes("00_orientation")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("00_orientation")
+
+# %% [markdown]
 # ## Recap
 # - A chat request is a pipeline; only its middle (embedding, prefill, the repeated forward
 #   pass) is a neural network. The decoding rule, the template, the stop check and the

@@ -745,6 +745,16 @@ from course_lib.drills.cards import show_probes
 show_probes("01_tokenization")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("01_tokenization")
+
+# %% [markdown]
 # ## Recap
 # - Byte-level BPE = split pattern + 256 byte tokens + an ordered merge table (+ special tokens).
 # - Training merges the most frequent pair again and again; encoding replays the merges in

@@ -687,6 +687,16 @@ from course_lib.drills.cards import show_probes
 show_probes("02_attention")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("02_attention")
+
+# %% [markdown]
 # ## Recap
 # - Attention is softmax($QK^\top/\sqrt{d_k}$)$V$: scores, weights that sum to 1, a mix of values.
 # - The causal mask lets one pass train every position and keeps decoding from reading

@@ -671,6 +671,16 @@ from course_lib.drills.cards import show_probes
 show_probes("03_kv_cache")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("03_kv_cache")
+
+# %% [markdown]
 # The numbers behind the prefix-caching card: what one shared system prompt saves on
 # Llama-3-8B.
 

@@ -768,6 +768,16 @@ from course_lib.drills.cards import show_probes
 show_probes("04_sampling")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("04_sampling")
+
+# %% [markdown]
 # ## Recap
 # - Greedy (T = 0) is argmax: repeatable only for a fixed model, input and batch shape (the
 #   logits moved with the batch shape above), and not more correct.

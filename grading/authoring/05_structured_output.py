@@ -1035,6 +1035,16 @@ from course_lib.drills.cards import show_probes
 show_probes("05_structured_output")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("05_structured_output")
+
+# %% [markdown]
 # ## Recap
 # - An application needs output that parses and fits a schema, and tool calls that code
 #   checks before anything runs. Prompts and low temperatures make failures rare, not

@@ -1167,6 +1167,16 @@ from course_lib.drills.cards import show_probes
 show_probes("06_serving")
 
 # %% [markdown]
+# Practise them here: the panel asks this notebook's numeric problems and probe cards and
+# schedules them in the same history as `course drill` in a terminal. Nothing is saved until
+# you press Start.
+
+# %%
+from course_lib.drills.widget import notebook_panel
+
+notebook_panel("06_serving")
+
+# %% [markdown]
 # ## Recap
 # - Prefill handles the whole prompt in one pass and sets TTFT; decode makes one token per
 #   pass and sets TPOT and ITL, which usually dominate a long answer. TTFT, TPOT = (latency -
