@@ -1,7 +1,7 @@
 """Grounding, calibration and model selection on the shipped models, at sizes too big for a notebook.
 
 On held-out grounded questions (``course_lib.data.grounded``), greedy:
-  position     accuracy against the place of the supporting passage among 6 (lost in the middle)
+  position     accuracy against the place of the supporting passage among 5 (lost in the middle)
   injection    how often an instruction planted in a passage is obeyed, fenced vs pasted as text
   calibration  the probability tinychat gives its own reply: expected calibration error, and an
                abstention threshold chosen on a validation half for 98% accuracy, then applied to
@@ -39,7 +39,7 @@ def main() -> None:
     model, tok = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
 
     points = grounding.position_sweep(model, tok, per_position=args.per_task)
-    print("lost in the middle: greedy accuracy by position of the supporting passage among 6")
+    print(f"lost in the middle: greedy accuracy by position of the supporting passage among {len(points)}")
     print("  " + "  ".join(f"{p.position}: {p.accuracy:.1%}" for p in points) + f"  (n = {points[0].n} each)")
 
     for result in grounding.injection_rate(model, tok, n=2 * args.per_task):
