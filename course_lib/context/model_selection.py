@@ -55,6 +55,9 @@ def measure_runs(models: Mapping[str, object], tokenizer, conversations: Sequenc
     runs, seconds, produced = {}, {}, {}
     for name, model in models.items():
         engine = Engine(model, tokenizer, max_num_seqs=min(64, len(conversations)))
+        # One untimed request first: a model's first pass pays one-off costs (allocations,
+        # kernel selection) that would otherwise be billed to whichever model is measured first.
+        engine.generate([conversations[0].prompt_messages], params)
         start = time.perf_counter()
         completions = engine.generate([c.prompt_messages for c in conversations], params)
         seconds[name] = time.perf_counter() - start
