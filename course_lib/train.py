@@ -91,8 +91,8 @@ class TrainSettings:
 
 # What `python -m course_lib.train --config NAME` trains when no other option is given: the
 # recipe of the shipped model NAME (TrainSettings' own defaults are tinychat's). The draft learns
-# from the same corpus with tinychat's tokenizer; its steps cost about 0.1 s on one CPU thread
-# (tinychat's about 0.24 s), so it takes more of them in less time (~14 min against ~20).
+# from the same corpus with tinychat's tokenizer; its steps cost about a third of tinychat's on one
+# CPU thread, so it takes more of them in less time (~23 min against ~47, run side by side).
 DEFAULTS: dict[str, dict] = {
     "tinychat": {},
     "tinychat-draft": {"tokenizer": "tinychat", "steps": 8000},
