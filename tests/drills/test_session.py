@@ -4,7 +4,6 @@ A small fake probe bank and a hand-stepped clock make every case exact."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,20 +11,13 @@ from fsrs import Rating
 
 from course_lib.drills.problems import KINDS, kinds_for
 from course_lib.drills.session import DrillSession, NotANumber, all_topics, parse_duration, parse_number
+from course_lib.drills.cards import ProbeCard
 from course_lib.drills.store import DrillStore
 
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
 
 
-@dataclass(frozen=True)
-class FakeProbe:  # the fields of course_lib.drills.cards.ProbeCard
-    id: str
-    notebook: str
-    topic: str
-    question: str
-    strong_points: tuple[str, ...]
-    weak_answer: str
-    follow_ups: tuple[str, ...] = ()
+FakeProbe = ProbeCard  # hand-made cards: a small bank the tests control
 
 
 BANK = [

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 import pytest
 from fsrs import Rating
 
+from course_lib.drills.cards import ProbeCard
 from course_lib.drills.store import DrillStore
 from course_lib.drills.widget import NOTEBOOK_N, drill_panel, notebook_panel, notebook_topics
 
 
-@dataclass(frozen=True)
-class FakeProbe:  # the fields of course_lib.drills.cards.ProbeCard
-    id: str
-    notebook: str
-    topic: str
-    question: str
-    strong_points: tuple[str, ...]
-    weak_answer: str
-    follow_ups: tuple[str, ...] = ()
+FakeProbe = ProbeCard  # hand-made cards: a small bank the tests control
 
 
 BANK = [
