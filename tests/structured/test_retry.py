@@ -179,11 +179,11 @@ def test_the_shipped_model_extracts_a_valid_refund_first_time(propose):
 
 def test_retries_cannot_fix_what_the_model_cannot_know(propose):
     # The schema demands a currency the text never states. The first reply is valid JSON missing it;
-    # tinychat does not understand the feedback and abstains; the cap ends it after 3 attempts.
+    # tinychat does not understand the feedback (its later replies are not even JSON, whatever words
+    # they happen to be); the cap ends it after 3 attempts.
     schema = {**REFUND_SCHEMA, "required": [*REFUND_SCHEMA["required"], "currency"],
               "properties": {**REFUND_SCHEMA["properties"], "currency": {"enum": ["USD"]}}}
     outcome = parse_with_retries(propose, json_schema_validator(schema), USER)
     assert not outcome.ok and len(outcome.attempts) == 3
     assert outcome.attempts[0] == Attempt(GOOD, "schema violation at $: 'currency' is a required property")
-    assert [a.text for a in outcome.attempts[1:]] == ["I don't know.", "I don't know."]
     assert all(a.error.startswith("not valid JSON") for a in outcome.attempts[1:])

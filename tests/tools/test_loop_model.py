@@ -48,16 +48,17 @@ def test_a_question_without_a_tool_is_answered_directly(tinychat):
     assert "Paris" in transcript.answer
 
 
-def test_a_refused_call_goes_back_and_the_model_abstains(tinychat):
-    # The model cannot see permissions; it proposes the call, code refuses it, and tinychat (trained
-    # to say "I don't know." when it lacks facts) abstains instead of inventing a temperature.
+def test_a_refused_call_goes_back_and_no_tool_data_reaches_the_answer(tinychat):
+    # The model cannot see permissions; it proposes the call, code refuses it, and the refusal goes
+    # back to the model. Whatever it then says, it has no weather data: no call ran.
     weather = tinychat_registry().get("get_weather")
     registry = ToolRegistry([Tool("get_weather", weather.description, weather.parameters, weather.fn,
                                   permission="weather:read")])
     transcript = _ask(tinychat, "What's the weather in Paris?", registry)
     assert transcript.steps[0].result.error_kind == "permission_denied"
     assert transcript.messages[2]["content"].startswith("error (permission_denied)")
-    assert (transcript.stop_reason, transcript.answer) == ("answer", "I don't know.")
+    assert transcript.stop_reason == "answer" and transcript.answer
+    assert all(step.result is None or step.result.error_kind == "permission_denied" for step in transcript.steps)
 
 
 def test_the_proposer_writes_the_same_calls_the_model_was_evaluated_on(tinychat):
