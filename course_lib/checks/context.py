@@ -356,6 +356,8 @@ def canonical(value) -> bytes:
 
 
 def _luhn(digits: str) -> bool:
+    # Not trace_log.luhn_valid: grading stubs that reference out (it would answer exercise 5),
+    # and these checks must still run in the grading kernel.
     total = 0
     for position, char in enumerate(reversed(digits)):
         value = int(char)
