@@ -21,12 +21,15 @@ first, and a button for another round.
 
 ``notebook_panel`` maps a notebook to its own topics (``notebook_topics``): the topic most of its probe
 cards carry; when they tie, all the tied ones (00_orientation previews the course, one card per later
-topic); a notebook without cards, the topic its name names (07_context: "context").
+topic); a notebook without cards, the topic its name names (07_context: "context"). The capstone
+(``CAPSTONE``) ties the whole course together, so it drills every topic.
 
     >>> notebook_topics("03_kv_cache"), notebook_topics("05_structured_output"), notebook_topics("07_context")
     (('kv_cache',), ('structured',), ('context',))
     >>> notebook_topics("00_orientation")
     ('orientation', 'tokenization', 'sampling', 'context')
+    >>> notebook_topics("08_capstone") == all_topics(load_probe_bank())
+    True
 """
 from __future__ import annotations
 
@@ -46,8 +49,9 @@ from course_lib.drills.session import (DEFAULT_N, DrillItem, DrillSession, NotAN
 from course_lib.drills.store import DrillStore, DrillStoreError
 
 NOTEBOOK_N = 5  # items in a notebook's own panel: a few minutes, after an hour of reading
+CAPSTONE = "08_capstone"  # the last notebook: its panel drills every topic of the course
 
-__all__ = ["NOTEBOOK_N", "DrillPanel", "drill_panel", "notebook_panel", "notebook_topics"]
+__all__ = ["CAPSTONE", "NOTEBOOK_N", "DrillPanel", "drill_panel", "notebook_panel", "notebook_topics"]
 
 
 def drill_panel(topics: Sequence[str] | None = None, n: int | None = DEFAULT_N, db: str | Path | None = None,
@@ -76,6 +80,8 @@ def notebook_topics(notebook_name: str) -> tuple[str, ...]:
     name = Path(notebook_name).stem
     bank = load_probe_bank()
     known = all_topics(bank)
+    if name == CAPSTONE:
+        return known
     counts = Counter(card.topic for card in bank if card.notebook == name)
     if counts:
         most = max(counts.values())
