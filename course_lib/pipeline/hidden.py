@@ -197,6 +197,18 @@ def item(index, replay):
     return get
 
 
+def message_of(call):
+    """A check's getter for the message of the error the learner's ``call`` raises, or None when
+    it returns: for rules about what an error message says (a check.raises only sees its type)."""
+    def get():
+        try:
+            call()
+        except LearnerRaised as exc:
+            return str(exc)
+        return None
+    return get
+
+
 class LocalLearner(LearnerAPI):
     """The grading contract in-process: the answers live in ``namespace``; values cross
     through the same plain-data codec as in grading, so tests here mean the same there."""

@@ -12,9 +12,8 @@ import math
 import random
 import re
 
-from course_lib.pipeline.hidden import Once
+from course_lib.pipeline.hidden import Once, message_of
 from course_lib.pipeline.hidden import item as _item  # one part of a shared answer
-from course_lib.pipeline.learner import LearnerRaised
 
 REFERENCES = (
     "course_lib.context.budget.pack_context",
@@ -37,16 +36,6 @@ REFERENCES = (
     "course_lib.checks.context.reference_chain",
 )
 
-
-def _message_of(call):
-    """A getter for the message of the error ``call`` raises (None when it returns)."""
-    def get():
-        try:
-            call()
-        except LearnerRaised as exc:
-            return str(exc)
-        return None
-    return get
 
 
 # -- exercise 1: the context packer -------------------------------------------------------------
@@ -133,7 +122,7 @@ def fit_context(learner, check):
         call = (lambda a: lambda: f(*[list(x) if isinstance(x, list) else x for x in a]))(args)
         check.raises(f"required parts over the budget raise ValueError (overflow {case})", call, "ValueError")
         check.that(f"the overflow message says by how many tokens the budget is exceeded (overflow {case})",
-                   _message_of(call), lambda m, over=over: m is not None and
+                   message_of(call), lambda m, over=over: m is not None and
                    re.search(rf"(?<![\d.]){over}(?![\d.])", m) is not None,
                    "say in the message how many tokens too many, e.g. 'over by 5 tokens'")
 

@@ -10,9 +10,8 @@ one helper script returns the ``guarantee_owners`` dict as plain data.
 import copy
 import random
 
-from course_lib.pipeline.hidden import Once
+from course_lib.pipeline.hidden import Once, message_of
 from course_lib.pipeline.hidden import item as _item
-from course_lib.pipeline.learner import LearnerRaised
 
 REFERENCES = (
     "course_lib.drills.problem_formulas.request_cost_usd",
@@ -23,15 +22,6 @@ REFERENCES = (
     "course_lib.checks.capstone.reference_diagnosis",
 )
 
-
-def _message_of(call):
-    def get():
-        try:
-            call()
-        except LearnerRaised as exc:
-            return str(exc)
-        return None
-    return get
 
 
 # -- exercise 1: who owns each guarantee -------------------------------------------------------------
@@ -182,7 +172,7 @@ def latency_cost_budget(learner, check):
     for key, label, scenario in bad:
         call = (lambda s: lambda: f(dict(s)))(scenario)
         check.raises(f"invalid input raises ValueError: {label}", call, "ValueError")
-        check.that(f"the ValueError names the key: {label}", _message_of(call),
+        check.that(f"the ValueError names the key: {label}", message_of(call),
                    lambda m, key=key: m is not None and key in m, f"put the key's name ({key}) in the message")
 
 
