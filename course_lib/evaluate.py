@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.context.grounding import grounded_metrics, score_grounded
+from course_lib.context.grounding import accuracy_by, grounded_metrics, score_grounded
 from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus,
                                    heldout_split)
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
@@ -177,15 +177,27 @@ def evaluate(model, tokenizer, conversations: Sequence[Conversation], *,
     return results
 
 
+# The grounded task's three cases (course_lib.data.grounded.MODES), as `course eval` names them.
+CASE_NAMES = {"new": "new fact, made-up entity", "contradict": "contradicts the weights, known entity",
+              "absent": "no passage says"}
+
+
 def format_grounded(conversations: Sequence[Conversation], replies: Sequence[str]) -> str:
-    """One line of the grounded task's breakdown (greedy replies), or '' without that task."""
+    """The grounded task's breakdown (greedy replies), three lines, or '' without that task."""
     pairs = [(c.expected, r) for c, r in zip(conversations, replies) if c.task == "grounded"]
     if not pairs:
         return ""
-    m = grounded_metrics([e for e, _ in pairs], [r for _, r in pairs])
+    expected, texts = [e for e, _ in pairs], [r for _, r in pairs]
+    m = grounded_metrics(expected, texts)
+    by_case = " | ".join(f"{CASE_NAMES.get(mode, mode)} {share:.1%} of {n}"
+                         for mode, (share, n) in accuracy_by(expected, texts, "mode").items())
+    by_count = ", ".join(f"{count}: {share:.0%} of {n}"
+                         for count, (share, n) in accuracy_by(expected, texts, "n_passages").items())
     return (f"grounded (greedy): citation right {m['citation']:.1%} of answerable | abstains {m['abstention']:.1%} "
             f"when no passage says | declines answerable {m['false_abstention']:.1%} | follows the passage over "
-            f"the weights {m['follows_context']:.1%} (weights {m['follows_weights']:.1%}) when they disagree")
+            f"the weights {m['follows_context']:.1%} (weights {m['follows_weights']:.1%}) when they disagree\n"
+            f"grounded right, by case: {by_case}\n"
+            f"grounded right, by passages in the prompt: {by_count}")
 
 
 def _question(convo: Conversation) -> str:

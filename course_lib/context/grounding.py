@@ -30,6 +30,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from course_lib.data.grounded import (GROUNDED_ABSTAIN, MAX_PASSAGES, STATEMENTS, cited_answer, grounded_conversation,
                                      statement)
@@ -113,6 +114,28 @@ def grounded_metrics(expected: Sequence[Mapping], replies: Sequence[str]) -> dic
             flags["follows_context"].append(value == exp["value"])
             flags["follows_weights"].append(value == exp["weights_value"])
     return {name: _share(f) for name, f in flags.items()}
+
+
+def accuracy_by(expected: Sequence[Mapping], replies: Sequence[str], key: str) -> dict[Any, tuple[float, int]]:
+    """Whole-reply accuracy grouped by ``expected[key]`` (``"mode"``, ``"n_passages"``, ...):
+    ``{value: (share right, conversations)}`` in sorted order of the values. It tells apart what
+    the one accuracy figure mixes: a model that copies from its only passage but cannot choose
+    among several, or that follows new facts but not ones contradicting its weights.
+
+    >>> ant = {"kind": "legs", "entity": "ant", "value": "7", "passage_id": "2"}
+    >>> exps = [{**ant, "mode": "new"}, {**ant, "mode": "absent", "value": None, "passage_id": None}]
+    >>> accuracy_by(exps, ["An ant has 7 legs. [2]", "An ant has 7 legs. [2]"], "mode")
+    {'absent': (0.0, 1), 'new': (1.0, 1)}
+    """
+    if len(expected) != len(replies):
+        raise ValueError(f"got {len(expected)} expected records but {len(replies)} replies; pass one each")
+    groups: dict[Any, list[bool]] = {}
+    for exp, reply in zip(expected, replies):
+        if key not in exp:
+            raise KeyError(f"expected records have no {key!r}; group by one of {sorted(exp)}")
+        groups.setdefault(exp[key], []).append(score_grounded(reply, exp))
+    ordered = sorted(groups.items(), key=lambda item: (item[0] is None, item[0]))  # None (no position) last
+    return {value: (sum(flags) / len(flags), len(flags)) for value, flags in ordered}
 
 
 def _greedy(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 24) -> list[str]:

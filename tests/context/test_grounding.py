@@ -49,6 +49,40 @@ def test_metrics_count_each_case_in_its_own_denominator():
         g.grounded_metrics(exps, replies[:2])
 
 
+def test_accuracy_by_groups_whole_reply_accuracy():
+    right = "The capital of Velmora is Tarsk. [2]"
+    base = {"mode": "new", "kind": "capital", "entity": "Velmora", "value": "Tarsk", "passage_id": "2"}
+    exps = [{**base, "n_passages": 1, "position": 0}, {**base, "n_passages": 3, "position": 2},
+            {**base, "n_passages": 3, "position": 1},
+            {**base, "mode": "absent", "value": None, "passage_id": None, "n_passages": 2, "position": None}]
+    replies = [right, right, f"{LIMA} [2]", right]
+    assert g.accuracy_by(exps, replies, "n_passages") == {1: (1.0, 1), 2: (0.0, 1), 3: (0.5, 2)}
+    assert g.accuracy_by(exps, replies, "mode") == {"absent": (0.0, 1), "new": (2 / 3, 3)}
+    assert list(g.accuracy_by(exps, replies, "position")) == [0, 1, 2, None]  # no position sorts last
+    with pytest.raises(KeyError, match="group by one of"):
+        g.accuracy_by(exps, replies, "colour")
+    with pytest.raises(ValueError, match="one each"):
+        g.accuracy_by(exps, replies[:1], "mode")
+
+
+def test_course_eval_prints_grounded_accuracy_by_case_and_by_passage_count():
+    from course_lib.data.corpus import Conversation
+    from course_lib.evaluate import format_grounded
+
+    convs = [Conversation("grounded", ({"role": "user", "content": "q"}, {"role": "assistant", "content": ""}), 1, exp)
+             for exp in (
+        {"mode": "new", "kind": "capital", "entity": "Velmora", "value": "Tarsk", "passage_id": "2",
+         "weights_value": None, "n_passages": 2},
+        {"mode": "absent", "kind": "capital", "entity": "Velmora", "value": None, "passage_id": None,
+         "weights_value": None, "n_passages": 1})]
+    lines = format_grounded(convs, ["The capital of Velmora is Tarsk. [2]", "The capital of Velmora is X. [1]"])
+    lines = lines.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("grounded (greedy): citation right 100.0%")
+    assert lines[1] == "grounded right, by case: no passage says 0.0% of 1 | new fact, made-up entity 100.0% of 1"
+    assert lines[2] == "grounded right, by passages in the prompt: 1: 0% of 1, 2: 100% of 1"
+    assert format_grounded(convs[:0], []) == ""
+
+
 def test_unfenced_passages_keep_the_text_and_lose_the_fence():
     content = '<passages>\n<passage id="3">\nThe capital of Velmora is Tarsk.\n</passage>\n</passages>\n\nQ?'
     plain = g._unfenced(content)
