@@ -40,8 +40,8 @@ bench: $(STAMP)                        ## every benchmark, printing ratios measu
 	@set -e; for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script; done
 
 train: $(STAMP)                        ## reproduce the shipped course models from scratch: tinychat, then its draft
-	$(BIN)/course train --threads 1
-	$(BIN)/course train --config tinychat-draft --threads 1
+	$(BIN)/course train --threads 2
+	$(BIN)/course train --config tinychat-draft --threads 2
 
 eval: $(STAMP)                         ## the shipped model's quality on the held-out split
 	$(BIN)/course eval

@@ -69,7 +69,7 @@ class TrainSettings:
     conversations: int = 40_000  # size of the generated training corpus
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
-    steps: int = 5000  # optimizer steps
+    steps: int = 5200  # optimizer steps
     batch_size: int = 64  # conversations per step
     lr: float = 3e-3  # peak learning rate (AdamW), reached after `warmup` steps
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio

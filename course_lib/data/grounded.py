@@ -1,8 +1,8 @@
 """The grounded question-answering task: answer from the passages in the prompt, cite one, or decline.
 
-A conversation is a user message holding a fenced block of short passages
-(``course_lib.context.user_with_passages``, the same layout the packer writes) and a question
-about one entity. Three cases, drawn at random:
+A conversation is a user message holding a question about one entity, a fenced block of short
+passages and the question again (``course_lib.context.user_with_passages``, the same layout the
+packer writes). Three cases, drawn at random:
 
 - ``new``: one passage states a fact about a made-up entity the weights cannot know;
 - ``contradict``: one passage states a *false* fact about an entity the model was trained on

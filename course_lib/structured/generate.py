@@ -6,8 +6,8 @@
     ...           "required": ["answer"], "additionalProperties": False}
     >>> result = generate_structured(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}],
     ...                              schema=schema, params=SamplingParams(temperature=0, max_new_tokens=24))
-    >>> result.finish_reason, result.text      # unconstrained, tinychat says "2 + 3 = 5."
-    ('stop', '{"answer": 558 }')
+    >>> result.finish_reason, result.text      # unconstrained, tinychat says "The answer is 5."
+    ('stop', '{"answer": 343 }')
 
 The mask is one more logits processor (``course_lib.sampling.process_logits``): after the
 penalties, before temperature and the top-k / top-p / min-p filters, so those filters choose
@@ -17,8 +17,8 @@ output ends when the grammar says, never earlier. A grammar that has not finishe
 ``error`` that says so: a truncated object is never handed back as if it were valid.
 
 Syntax is guaranteed; meaning is not. Above, the schema forced ``{"answer": <integer>}`` on a
-model that was only ever trained to answer in a sentence, and the integer it produced is
-valid and wrong. Checking values is the application's job (see ``course_lib.tools``).
+model that was trained to answer arithmetic in a sentence, in digits or in words, never in
+JSON, and the integer it produced is valid and wrong. Checking values is the application's job (see ``course_lib.tools``).
 """
 from __future__ import annotations
 

@@ -659,8 +659,8 @@ plt.show()
 #
 # That gap is the central limit of constrained decoding. The grammar knows what a booking
 # *looks like*; it has no idea what this booking *says*. It is starkest when the schema
-# forces a format the model was never trained to produce. tinychat answers arithmetic in
-# sentences; force `{"answer": <integer>}` on it, greedily:
+# forces a format the model was never trained to produce. tinychat answers arithmetic in a
+# sentence, in digits or in words; force `{"answer": <integer>}` on it, greedily:
 
 # %%
 for q in ("What is 2 + 3?", "What is 7 * 8?", "What is 4 + 4?", "What is 17 + 25?"):
@@ -674,9 +674,10 @@ for q in ("What is 2 + 3?", "What is 7 * 8?", "What is 4 + 4?", "What is 17 + 25
 # %% [markdown]
 # Every forced answer is a valid `{"answer": integer}` and most are absurd: the model wanted
 # to start a sentence, the grammar banned every token it liked, and the digits that followed
-# were whatever scraped through. The free answers are mostly right, and one of them is
-# wrong, in the model's own words. Either way, a schema-valid integer is not a correct
-# integer. Two practical lessons:
+# were whatever scraped through. The free answers come in forms the model was trained to
+# write, and they are not all right either: a tiny model's arithmetic is memorised, and
+# 17 + 25 goes past the operands (up to 20) it saw in training. Either way, a schema-valid
+# integer is not a correct integer. Two practical lessons:
 #
 # - Ask for a format the model knows. A constraint that fights the model's distribution
 #   (look at how little probability the legal tokens had above) buys syntax at the price of
@@ -950,7 +951,7 @@ for call in (
 # | failure | what it looks like | defence |
 # | --- | --- | --- |
 # | invalid JSON | a missing brace, a truncated object, prose around the JSON | constrained decoding; where you cannot constrain, parse and retry with the error fed back, capped (e.g. 2 retries) |
-# | valid but wrong value | `{"answer": 558}` for 2 + 3; the wrong party size | server-side semantic validation: enums, ranges, cross-field invariants, recomputing or looking up what you can |
+# | valid but wrong value | `{"answer": 343}` for 2 + 3; the wrong party size | server-side semantic validation: enums, ranges, cross-field invariants, recomputing or looking up what you can |
 # | fabricated tool arguments | an extra `"units"`, a string for a number, an order id of the wrong shape | validate against the tool's real signature (its JSON Schema), then the caller's permissions, before running |
 # | a tool or action that does not exist, or is not allowed | `delete_account`; a refund without the right | the allow-list (registry) and a permission check the model cannot influence |
 # | duplicate side effects on retry | the client times out and resends; the refund runs twice | an idempotency key per intended action; a repeat returns the stored result |
@@ -1070,7 +1071,7 @@ notebook_panel("05_structured_output")
 # 2. Why can a character-level DFA not decide whether cl100k_base's first token of "快速"
 #    is allowed, and what does the byte DFA do instead?
 # 3. What goes wrong if top-p runs before the grammar mask? Why does temperature not care?
-# 4. Constrained decoding returned `{"answer": 558}` for "What is 2 + 3?". Which defence
+# 4. Constrained decoding returned `{"answer": 343}` for "What is 2 + 3?". Which defence
 #    from the table catches that, and which ones cannot?
 # 5. Why is the retry loop a `for` loop over `max_retries + 1` attempts, and why is the
 #    error text cut to a fixed length?

@@ -282,8 +282,10 @@ check.fit_context(fit_context)
 # %% [markdown]
 # Your packer on the real request. Each piece is counted through the template on its own:
 # a turn's messages, the system message with its tool spec, the question with the
-# generation prompt, and each passage by how much it grows the fenced block after the ones
-# ranked above it (the first one also pays for the fence).
+# generation prompt, and each passage by how much it grows the user message after the ones
+# ranked above it (the first one also pays for the fence and for the question's second copy:
+# tinychat's layout puts the question before the passages and again after them, for a reason
+# the next sections come to).
 
 # %%
 def cost(messages):
@@ -428,6 +430,15 @@ print("more passages, lower accuracy: the distractors, not the position, decide 
 # distractor is another chance to copy the wrong passage. Both lessons point the same way:
 # retrieve few, well-ranked passages rather than many, put the one most likely to matter
 # where your model uses it best, and measure it on your model rather than assume it.
+#
+# The layout of the prompt matters as much as the order of the passages. A decoder reads left
+# to right: if the question comes only after the passages, every passage was read before the
+# model knew what it was looking for, and the only place left to find the right one is the
+# few tokens of the answer. tinychat's template puts the question first *and* repeats it
+# after the block, so every passage token can already attend to the entity asked about
+# (Liu et al. call this query-aware contextualization). For tinychat it was the difference
+# between a model that mostly copied the wrong passage and one that learned the task: the
+# measurement that settled it is recorded in `user_with_passages`'s docstring.
 #
 # ## Context is data, not authority
 #

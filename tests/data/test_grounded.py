@@ -17,8 +17,11 @@ _KNOWN = {**facts.CAPITALS, **facts.SYMBOLS, **{k: str(v) for k, v in facts.LEGS
 
 
 def _parts(messages):
+    """The user message is the question, the fenced block, the question again."""
     content = messages[0]["content"]
-    block, _, question = content.rpartition("\n\n")
+    first, _, rest = content.partition("\n\n")
+    block, _, question = rest.rpartition("\n\n")
+    assert first == question, "the question comes before and after the passages"
     return dict(_PASSAGE.findall(block)), question, block
 
 

@@ -129,7 +129,7 @@ def test_non_streaming_chat_and_completions_equal_the_engine(client, model, tok)
                                                                           len(expected.token_ids))
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
-    raw = "<|user|>What is 3 + 5?<|end|><|assistant|>"
+    raw = "<|user|>What is 3 + 5? Answer in a sentence.<|end|><|assistant|>"  # a reply longer than 4 tokens
     (expected,) = Engine(model, tok).generate([raw], SamplingParams(temperature=0, max_new_tokens=4))
     completion = client.completions.create(model="tinychat", prompt=raw, temperature=0, max_tokens=4)
     assert completion.object == "text_completion" and completion.choices[0].text == expected.text
