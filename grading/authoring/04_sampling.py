@@ -277,7 +277,7 @@ check.apply_penalties(apply_penalties)
 # penalty (as Hugging Face does). Here is a greedy answer under each penalty:
 
 # %%
-question = render_chat([{"role": "user", "content": "What is 7 + 7?"}])
+question = render_chat([{"role": "user", "content": "What is 7 * 7?"}])  # an answer that repeats the question
 for params in (SamplingParams(temperature=0, max_new_tokens=24),
                SamplingParams(temperature=0, max_new_tokens=24, presence_penalty=2.0),
                SamplingParams(temperature=0, max_new_tokens=24, frequency_penalty=2.0),
@@ -366,7 +366,8 @@ check.stop_at(stop_at)
 # everything after it are cut from the returned text:
 
 # %%
-result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=20, stop=["= 4", "is 4"]))
+sentence = render_chat([{"role": "user", "content": "What is 2 + 2? Answer in a sentence."}])
+result = generate(model, tokenizer, sentence, SamplingParams(temperature=0, max_new_tokens=20, stop=["= 4", "is 4"]))
 print(repr(result.text), result.finish_reason, "- tokens:", [tokenizer.decode([t]) for t in result.token_ids])
 result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=2))
 print(repr(result.text), result.finish_reason)

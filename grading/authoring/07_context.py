@@ -419,17 +419,18 @@ for ax in (left, right):
     ax.set_ylim(-0.05, 1.05)
 plt.show()
 print("accuracy by number of passages: " + ", ".join(f"{n}: {a:.0%}" for n, a in overall.items()))
-falls = all(overall[n + 1] <= overall[n] + 0.1 for n in range(1, 5)) and overall[5] < overall[1] - 0.2
-print("more passages, lower accuracy: the distractors, not the position, decide most of it here" if falls else
-      "accuracy does not fall steadily with the number of passages in this run")
+falls = overall[5] < overall[1] - 0.1
+print("fewer right with five passages than with one: the distractors, more than the position, decide it here"
+      if falls else "five passages are answered about as well as one in this run")
 
 # %% [markdown]
 # Read it with its size in mind: a few dozen questions per point, so only large gaps mean
-# anything. tinychat's prompts here are a couple of hundred tokens, while the published
-# middle dip shows at tens of thousands; what a small model shows first is that every extra
-# distractor is another chance to copy the wrong passage. Both lessons point the same way:
-# retrieve few, well-ranked passages rather than many, put the one most likely to matter
-# where your model uses it best, and measure it on your model rather than assume it.
+# anything. tinychat's prompts here are at most about 130 tokens, while the published middle
+# dip shows at tens of thousands; what a small model shows first is the number of passages, if
+# anything: every extra distractor is another chance to copy the wrong one. Both lessons
+# point the same way: retrieve few, well-ranked passages rather than many, put the one most
+# likely to matter where your model uses it best, and measure it on your model rather than
+# assume it.
 #
 # The layout of the prompt matters as much as the order of the passages. A decoder reads left
 # to right: if the question comes only after the passages, every passage was read before the
@@ -437,8 +438,8 @@ print("more passages, lower accuracy: the distractors, not the position, decide 
 # few tokens of the answer. tinychat's template puts the question first *and* repeats it
 # after the block, so every passage token can already attend to the entity asked about
 # (Liu et al. call this query-aware contextualization). For tinychat it was the difference
-# between a model that mostly copied the wrong passage and one that learned the task: the
-# measurement that settled it is recorded in `user_with_passages`'s docstring.
+# between a model that mostly copied the wrong passage and one that mostly finds the right
+# one: the measurement that settled it is recorded in `user_with_passages`'s docstring.
 #
 # ## Context is data, not authority
 #
@@ -860,8 +861,13 @@ store.update("2", facts["2"])
 after = ask(fact_question)
 for label, result in (("before", before), ("after the update", after)):
     print(f"{label:<17} index v{result['index_version']}, passages {result['passage_ids']} -> {result['reply']!r}")
-print("the reply followed the changed passage" if "Quessa" in after["reply"] and "Quessa" not in before["reply"]
-      else "the reply did not follow the changed passage this time: the retrieval changed, the model's use of it did not")
+if "Quessa" in after["reply"] and "Quessa" not in before["reply"]:
+    print("the reply followed the changed passage")
+elif after["reply"] != before["reply"]:
+    print("the reply changed, but it does not say Quessa: tinychat miscopied a name unlike any it was trained on; "
+          "the index did its part, and the claim check above would block this reply")
+else:
+    print("the reply did not change: the retrieval changed, the model's use of it did not")
 
 # %% [markdown]
 # The index version went up by one, and the next request was built from the new text: no

@@ -99,9 +99,9 @@ print(f"window {WINDOW} tokens, {RESERVE} kept for the reply, margin {MARGIN}; {
 # ## Stages 1 and 2: retrieve and pack
 #
 # Retrieval ranks the store for the question and keeps the top three. The packer then lays out
-# the prompt (system message, then the fenced passages and the question) and counts it through
-# the chat template. It keeps whole passages in rank order while they fit in
-# `window - reserve - margin`, and drops the rest.
+# the prompt (the system message; then the question, the fenced passages and the question
+# again) and counts it through the chat template. It keeps whole passages in rank order while
+# they fit in `window - reserve - margin`, and drops the rest.
 
 # %%
 def retrieve(text, k=3):
@@ -270,9 +270,11 @@ shown = [p for p in found if p.id in packed.kept_passages]
 print(ground(run["text"], shown))
 
 # %% [markdown]
-# The sentence is compared whole, not only the number in it: tinychat has never seen the word
-# "kimbrel" in training, and when it copies the name wrongly the reply is not the passage's
-# sentence, so `claim_supported` comes out False even if the leg count is right.
+# tinychat has never seen the word "kimbrel": the made-up names it learned to copy in
+# training were built from other syllables, and it tends to write a name of its own instead
+# (sometimes with a fact that no passage states). Such a reply is not the passage's sentence,
+# so `claim_supported` comes out False. The sentence is compared whole, not only the number in
+# it, so a reply with the right leg count and the wrong animal fails too.
 #
 # Notice what the check can and cannot say. It proves that the reply's sentence is in the
 # passage the reply cites. It cannot prove that the passage is right, or that the sentence

@@ -559,7 +559,7 @@ def generate_text(learner, check):
          "greedy (T = 0) takes the argmax each step; <|end|> ends it with finish reason 'stop', left out of the text"),
         ("What is 7 + 7?", dict(max_new_tokens=3, temperature=0),
          "max_new_tokens reached without a stop: the whole text and finish reason 'length'"),
-        ("What is 2 + 2?", dict(max_new_tokens=16, temperature=0, stop=("=", "is")),
+        ("What is 2 + 3?", dict(max_new_tokens=16, temperature=0, stop=("=", "is")),
          "a stop string cuts the text before the earliest one, finish reason 'stop'"),
         ("What is 2 + 2?", dict(max_new_tokens=10, temperature=2.0, top_p=0.5, seed=0),
          "seeded sampling: temperature, then top-p, softmax, one uniform per step by inverse CDF"),
@@ -567,7 +567,7 @@ def generate_text(learner, check):
          "seeded sampling: one uniform per step by inverse CDF"),
         # A prompt the model is unsure about at this temperature, so a loop that reseeds its
         # generator every step (the same uniform each time) writes other tokens.
-        ("Hello!", dict(max_new_tokens=10, temperature=1.5, top_k=20, seed=3),
+        ("Tell me about cats.", dict(max_new_tokens=10, temperature=1.5, top_k=20, seed=3),
          "seeded sampling: one generator per call, temperature, then top-k, one uniform per step by inverse CDF"),
         ("Tell me about cats.", dict(max_new_tokens=10, temperature=0.8, top_k=40, top_p=0.9, seed=11),
          "seeded sampling with top-k and top-p together, applied in that order"),

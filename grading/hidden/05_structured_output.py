@@ -393,20 +393,22 @@ def constrained_decode(learner, check):
             check.equal(f"{label}: the {field} equal the grader's greedy constrained loop", _item(field, replay),
                         expected[field])
     hot = "Extract the booking as JSON: table for 3 under Patel, Saturday 19:00 please."
-    for seed in range(5):
-        replay = Once(lambda: run(_ask(hot), BOOKING, {"temperature": 1.5, "max_new_tokens": 80}, seed))
-        check.equal(f"T = 1.5, seed {seed}: finish reason 'stop'", _item("finish_reason", replay), "stop")
-        check.that(f"T = 1.5, seed {seed}: the text parses and validates against the schema (jsonschema)", replay,
+    # A name the model never saw in training: it is unsure, so every draw matters. Unmasked, its
+    # seed 0 and 1 draws at T = 1.5 are not valid bookings (the Patel draws mostly are).
+    vague = "Extract the booking as JSON: Reservation for Nakamura: 11 guests, Tuesday, 18:30."
+    for name, text, seed in [("Patel", hot, s) for s in range(5)] + [("Nakamura", vague, s) for s in (0, 1)]:
+        replay = Once(lambda: run(_ask(text), BOOKING, {"temperature": 1.5, "max_new_tokens": 80}, seed))
+        label = f"T = 1.5, {name}, seed {seed}"
+        check.equal(f"{label}: finish reason 'stop'", _item("finish_reason", replay), "stop")
+        check.that(f"{label}: the text parses and validates against the schema (jsonschema)", replay,
                    _validates(BOOKING), "the output does not parse or does not fit the schema: is the mask applied, "
                                         "and the state advanced, at every step?")
-        check.that(f"T = 1.5, seed {seed}: value = json.loads(text)", replay,
+        check.that(f"{label}: value = json.loads(text)", replay,
                    lambda out: out["value"] == json.loads(out["text"]), "return the parsed JSON as value")
-        check.that(f"T = 1.5, seed {seed}: the end token is the last token id and is left out of the text", replay,
+        check.that(f"{label}: the end token is the last token id and is left out of the text", replay,
                    lambda out: out["token_ids"][-1] == end_id and "<|end|>" not in out["text"]
                    and tokenizer.decode(out["token_ids"][:-1]) == out["text"],
                    "token_ids ends with the end token; text is the decoded tokens before it")
-    # A name the model never saw in training: it is unsure, so every draw matters.
-    vague = "Extract the booking as JSON: Reservation for Nakamura: 11 guests, Tuesday, 18:30."
     for seed, knobs in ((0, {"temperature": 1.5}), (3, {"temperature": 1.5}), (4, {"temperature": 1.0, "top_p": 0.8})):
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items())
         check.equal(f"seed {seed}, {shown}: the same tokens as the grader's seeded loop (one generator, one draw "
