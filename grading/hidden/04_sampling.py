@@ -559,7 +559,8 @@ def generate_text(learner, check):
          "greedy (T = 0) takes the argmax each step; <|end|> ends it with finish reason 'stop', left out of the text"),
         ("What is 7 + 7?", dict(max_new_tokens=3, temperature=0),
          "max_new_tokens reached without a stop: the whole text and finish reason 'length'"),
-        ("What is 2 + 3?", dict(max_new_tokens=16, temperature=0, stop=("=", "is")),
+        # Greedy says "The answer is 5.": both stops arrive with " answer", and "ans" starts first.
+        ("What is 2 + 3?", dict(max_new_tokens=16, temperature=0, stop=("swer", "ans")),
          "a stop string cuts the text before the earliest one, finish reason 'stop'"),
         ("What is 2 + 2?", dict(max_new_tokens=10, temperature=2.0, top_p=0.5, seed=0),
          "seeded sampling: temperature, then top-p, softmax, one uniform per step by inverse CDF"),
