@@ -69,7 +69,7 @@ class TrainSettings:
     conversations: int = 40_000  # size of the generated training corpus
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
-    steps: int = 5200  # optimizer steps
+    steps: int = 6000  # optimizer steps
     batch_size: int = 64  # conversations per step
     lr: float = 3e-3  # peak learning rate (AdamW), reached after `warmup` steps
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
@@ -92,7 +92,7 @@ class TrainSettings:
 # What `python -m course_lib.train --config NAME` trains when no other option is given: the
 # recipe of the shipped model NAME (TrainSettings' own defaults are tinychat's). The draft learns
 # from the same corpus with tinychat's tokenizer; its steps cost about a third of tinychat's on one
-# CPU thread, so it takes more of them in less time (~23 min against ~47, run side by side).
+# CPU thread, so it takes more of them in less time (each training.json records its wall time).
 DEFAULTS: dict[str, dict] = {
     "tinychat": {},
     "tinychat-draft": {"tokenizer": "tinychat", "steps": 8000},
@@ -173,10 +173,23 @@ def learning_rate(step: int, settings: TrainSettings) -> float:
     return floor + (settings.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over positions whose target is not IGNORE_INDEX."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),  # (B*T, V), (B*T,)
-                           ignore_index=IGNORE_INDEX)
+def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose target is not IGNORE_INDEX.
+
+    Logits are computed only at those positions: the same loss as taking cross_entropy of
+    model(inputs) with ignore_index, without projecting the ~80% of positions that are ignored.
+
+    >>> from course_lib.model import get_config
+    >>> model = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0))
+    >>> x = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    >>> y = torch.full((2, 6), IGNORE_INDEX); y[0, 3:] = x[0, 3:]; y[1, 5] = 7
+    >>> full = F.cross_entropy(model(x).reshape(-1, 128), y.reshape(-1), ignore_index=IGNORE_INDEX)
+    >>> torch.allclose(masked_loss(model, x, y), full)
+    True
+    """
+    learned = targets != IGNORE_INDEX  # (B, T)
+    states = model.hidden_states(inputs)[learned]  # (N, d_model): the N learned positions
+    return F.cross_entropy(model.lm_head(states), targets[learned])  # (N, V), (N,)
 
 
 def run_training(settings: TrainSettings, *, device: torch.device | str | None = None,
@@ -196,31 +209,24 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
     batches = LengthBatches(encoded, batch_size=settings.batch_size,
                             pad_id=tokenizer.special_tokens[END_OF_TEXT], max_len=config.max_seq_len)
 
-    torch.manual_seed(settings.seed)  # belt and braces: every draw below also takes a generator
-    model = Transformer(config, generator=torch.Generator().manual_seed(settings.seed)).to(device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms' gains are not shrunk
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=settings.lr, betas=(0.9, 0.95))
-    stream = batches.stream(torch.Generator().manual_seed(settings.seed))
-
-    model.train()
-    losses: list[float] = []
-    bar = tqdm(range(settings.steps), desc="training", disable=not progress, mininterval=1.0)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, settings)
-        inputs, targets = (t.to(device) for t in next(stream))  # (B, T) each
-        loss = masked_loss(model(inputs), targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
-        losses.append(loss.item())
-        if step % 10 == 0 or step == settings.steps - 1:
-            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.4f}")
-    model.eval()
+    # Attention weights and gradients soon hold many values below float32's normal range; x86 CPUs
+    # do arithmetic on such subnormals far more slowly, and flushing them to zero changes nothing
+    # the loss can see. Set before the model's first parallel op: torch's worker threads take the
+    # floating-point mode of the thread that starts them. This thread's mode is restored afterwards.
+    flushed = torch.set_flush_denormal(True)
+    try:
+        torch.manual_seed(settings.seed)  # belt and braces: every draw below also takes a generator
+        model = Transformer(config, generator=torch.Generator().manual_seed(settings.seed)).to(device)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms' gains are not shrunk
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}],
+                                      lr=settings.lr, betas=(0.9, 0.95))
+        stream = batches.stream(torch.Generator().manual_seed(settings.seed))
+        losses = _optimize(model, optimizer, stream, settings, device, progress)
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
 
     tail = losses[-min(50, len(losses)):]
     metadata = {
@@ -241,6 +247,28 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
         "epochs": round(settings.steps * settings.batch_size / len(encoded), 2),
     }
     return TrainResult(model, tokenizer, losses, metadata)
+
+
+def _optimize(model: Transformer, optimizer: torch.optim.Optimizer, stream, settings: TrainSettings,
+              device: torch.device, progress: bool) -> list[float]:
+    """settings.steps AdamW steps on the batch stream; the loss of each step. Leaves the model in eval mode."""
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(settings.steps), desc="training", disable=not progress, mininterval=1.0)
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, settings)
+        inputs, targets = (t.to(device) for t in next(stream))  # (B, T) each
+        loss = masked_loss(model, inputs, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if step % 10 == 0 or step == settings.steps - 1:
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.4f}")
+    model.eval()
+    return losses
 
 
 def save_artifacts(result: TrainResult, directory: str | Path) -> Path:

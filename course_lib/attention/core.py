@@ -127,8 +127,9 @@ def _softmax_weights(q, k, mask, is_causal, scale) -> torch.Tensor:
         scores = scores.masked_fill(~keep, float("-inf"))
 
     weights = torch.softmax(scores, dim=-1)  # (..., Tq, Tk)
-    if keep is not None or mask is not None:
-        # A row whose every score is -inf gives 0/0 in softmax; torch returns zeros there.
+    if mask is not None:
+        # A row whose every score is -inf gives 0/0 in softmax; torch returns zeros there. Only
+        # a caller's mask can hide a whole row: the causal mask always lets a query see itself.
         nothing_visible = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., Tq, 1)
         weights = weights.masked_fill(nothing_visible, 0.0)
     return weights

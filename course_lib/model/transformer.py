@@ -137,13 +137,22 @@ class Transformer(nn.Module):
         and values are written there, they attend to everything cached before them, and the
         cache advances by T.
         """
+        return self.lm_head(self.hidden_states(idx, cache))  # (B, T, vocab_size)
+
+    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Token IDs (B, T) -> the final normed states (B, T, d_model) that lm_head reads.
+
+        forward is lm_head of these. Training calls it directly so that it can take logits only
+        at the positions it learns (about a fifth of them) and skip the vocabulary projection
+        and its softmax everywhere else.
+        """
         start = self._check_inputs(idx, cache)
         x, rotary = self.embed_tokens(idx), self.rotary.slice(start, idx.shape[1])  # (B, T, d), (T, D) x2
         for layer_idx, layer in enumerate(self.layers):
             x = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx)  # (B, T, d_model)
         if cache is not None:
             cache.advance(idx.shape[1])
-        return self.lm_head(self.norm(x))  # (B, T, vocab_size)
+        return self.norm(x)  # (B, T, d_model)
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
