@@ -234,8 +234,8 @@ def generate_text(fn) -> None:
         ("seeded sampling, T=1, seed 0: one uniform per step, by your sample_token", "What is 2 + 2?",
          dict(max_new_tokens=8, temperature=1.0, seed=0),
          "sample with your sample_token (one float64 uniform per step), not torch.multinomial"),
-        ("seeded sampling, T=1.5, top-k 20, seed 3: one generator for the whole call", "Tell me about cats.",
-         dict(max_new_tokens=8, temperature=1.5, top_k=20, seed=3),
+        ("seeded sampling, T=1.5, top-k 20, seed 4: one generator for the whole call", "Tell me about cats.",
+         dict(max_new_tokens=8, temperature=1.5, top_k=20, seed=4),
          "make the generator once per call, before the loop, not once per step"),
     ]
     for label, question, knobs, advice in cases:

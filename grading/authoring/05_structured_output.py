@@ -112,14 +112,14 @@ def verdict(text, schema=BOOKING_SCHEMA):
 
 
 samples = generate_many(model, tokenizer, booking, SamplingParams(temperature=1.5, max_new_tokens=80), 8,
-                        generator=torch.Generator().manual_seed(0))
+                        generator=torch.Generator().manual_seed(3))
 for sample in samples:
     print(f"{verdict(sample.text):<58} {sample.text[:70]!r}")
 
 # %% [markdown]
-# At temperature 1.5 many of these replies cannot be used: some are not JSON at all (the
-# model wanders into a tool call nobody asked for), some stop halfway. And one of them fits
-# the schema perfectly and names the wrong guest: keep that one in mind. Lowering the
+# At temperature 1.5 not every reply can be used: one stray token is enough to break the
+# JSON, and over more draws some replies break the schema instead (we count them below). And
+# one of them fits the schema perfectly and names the wrong guest: keep that one in mind. Lowering the
 # temperature makes failures rarer, not impossible, and every model, however large, slips
 # now and then. Saying "respond in JSON"
 # in the prompt has the same limit. An application needs two guarantees it can build on:
@@ -645,15 +645,16 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# With the mask every sample parses and fits the schema; without it a large share does not.
-# The mask also helps the content somewhat: a reply that stays inside the grammar keeps
-# looking like the training data, so fewer of them derail. But compare the second and third
-# pairs of bars: the mask added far more valid records than correct ones, so most of its
-# valid records are wrong, typically another guest's name (one the model saw often in
-# training) with everything else right. The mask repaired the syntax of replies whose
-# content had already gone astray, and from the outside those look exactly like good ones.
-# No schema can tell them apart; a check on meaning can, as the last line shows: the
-# application knows the request, so it can demand that the extracted name occur in it.
+# With the mask every sample parses and fits the schema; without it a share does not. The
+# mask also helps the content: a reply that stays inside the grammar keeps looking like the
+# training data, so fewer of them derail, and most of the records it added are correct. But
+# compare the second and third pairs of bars: the gap between them is the masked records
+# that are valid and wrong, most often a wrong name (a mangled "Patel", or another guest the
+# model saw in training) with everything else right. The mask repaired the syntax of replies
+# whose content had already gone astray, and from the outside those look exactly like good
+# ones. No schema can tell them apart; a check on meaning can catch some, as the last line
+# shows: the application knows the request, so it can demand that the extracted name occur
+# in it. A wrong day or party size needs a check of its own.
 #
 # ## Syntax, not semantics
 #
@@ -951,7 +952,7 @@ for call in (
 # | failure | what it looks like | defence |
 # | --- | --- | --- |
 # | invalid JSON | a missing brace, a truncated object, prose around the JSON | constrained decoding; where you cannot constrain, parse and retry with the error fed back, capped (e.g. 2 retries) |
-# | valid but wrong value | `{"answer": 343}` for 2 + 3; the wrong party size | server-side semantic validation: enums, ranges, cross-field invariants, recomputing or looking up what you can |
+# | valid but wrong value | `{"answer": 230}` for 2 + 3; the wrong party size | server-side semantic validation: enums, ranges, cross-field invariants, recomputing or looking up what you can |
 # | fabricated tool arguments | an extra `"units"`, a string for a number, an order id of the wrong shape | validate against the tool's real signature (its JSON Schema), then the caller's permissions, before running |
 # | a tool or action that does not exist, or is not allowed | `delete_account`; a refund without the right | the allow-list (registry) and a permission check the model cannot influence |
 # | duplicate side effects on retry | the client times out and resends; the refund runs twice | an idempotency key per intended action; a repeat returns the stored result |
@@ -1071,7 +1072,7 @@ notebook_panel("05_structured_output")
 # 2. Why can a character-level DFA not decide whether cl100k_base's first token of "快速"
 #    is allowed, and what does the byte DFA do instead?
 # 3. What goes wrong if top-p runs before the grammar mask? Why does temperature not care?
-# 4. Constrained decoding returned `{"answer": 343}` for "What is 2 + 3?". Which defence
+# 4. Constrained decoding returned `{"answer": 230}` for "What is 2 + 3?". Which defence
 #    from the table catches that, and which ones cannot?
 # 5. Why is the retry loop a `for` loop over `max_retries + 1` attempts, and why is the
 #    error text cut to a fixed length?

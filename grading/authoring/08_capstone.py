@@ -91,7 +91,7 @@ for pid, text in facts.items():
 SYSTEM = "You are TinyChat. Answer from the passages and cite the passage id."
 WINDOW, RESERVE, MARGIN = model.config.max_seq_len, 48, 8  # tokens: the window, the reply's room, slack
 PRICES = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}  # representative hosted prices
-PARAMS = SamplingParams(temperature=0.7, top_p=0.9, seed=2026, max_new_tokens=RESERVE)
+PARAMS = SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=RESERVE)
 question = "How many legs does a kimbrel have?"
 print(f"window {WINDOW} tokens, {RESERVE} kept for the reply, margin {MARGIN}; {len(store)} passages in the store")
 
@@ -219,7 +219,7 @@ try:
     Engine(model, tokenizer, num_blocks=2).add_request(packed.messages, PARAMS)
 except ValueError as error:
     print(f"refused at admission: {str(error)[:150]}...")
-capped = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=2026, max_new_tokens=3))
+capped = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=3))
 print(f"max_new_tokens=3: {capped['completion_tokens']} tokens, finish_reason {capped['finish_reason']!r}, "
       f"{capped['text']!r}")
 
@@ -234,11 +234,11 @@ print(f"max_new_tokens=3: {capped['completion_tokens']} tokens, finish_reason {c
 
 # %%
 again = run_engine(packed.messages, PARAMS, reply_guide(list(packed.kept_passages)))
-other = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=RESERVE),
+other = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=2026, max_new_tokens=RESERVE),
                    reply_guide(list(packed.kept_passages)))
-print(f"seed 2026, first run:  {run['text']!r}")
-print(f"seed 2026, second run: {again['text']!r} (identical: {again['text'] == run['text']})")
-print(f"seed 7:                {other['text']!r} (identical to seed 2026: {other['text'] == run['text']})")
+print(f"seed 7, first run:     {run['text']!r}")
+print(f"seed 7, second run:    {again['text']!r} (identical: {again['text'] == run['text']})")
+print(f"seed 2026:             {other['text']!r} (identical to seed 7: {other['text'] == run['text']})")
 
 # %% [markdown]
 # A different seed may or may not change the words: when the model is confident, most draws
@@ -674,7 +674,7 @@ empty = pack(question, [])
 tight = empty.prompt_tokens + RESERVE + MARGIN + 1  # room for the question, not for one passage
 failing = {
     "small window": serve(question, window=tight, request_id="req-4"),
-    "low cap": serve(question, params=SamplingParams(temperature=0.7, top_p=0.9, seed=2026, max_new_tokens=2),
+    "low cap": serve(question, params=SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=2),
                      request_id="req-5"),
     "hot sampler": serve(question, params=SamplingParams(temperature=3.0, seed=3, max_new_tokens=RESERVE),
                          guided=False, request_id="req-6"),
