@@ -119,10 +119,9 @@ for sample in samples:
 # %% [markdown]
 # At temperature 1.5 not every reply can be used: one stray token is enough to break the
 # JSON, and over more draws some replies break the schema instead (we count them below). And
-# one of them fits the schema perfectly and names the wrong guest: keep that one in mind. Lowering the
-# temperature makes failures rarer, not impossible, and every model, however large, slips
-# now and then. Saying "respond in JSON"
-# in the prompt has the same limit. An application needs two guarantees it can build on:
+# one of them fits the schema perfectly and names the wrong guest: keep that one in mind.
+# Lowering the temperature makes failures rarer, not impossible, and every model, however
+# large, slips now and then. Saying "respond in JSON" in the prompt has the same limit. An application needs two guarantees it can build on:
 #
 # 1. **The output parses and fits the schema**, every time.
 # 2. **A tool call is checked by code before anything runs**: the tool exists, the arguments

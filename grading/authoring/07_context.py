@@ -596,8 +596,8 @@ for prompt, reply in zip(out_of_scope, Engine(model, tokenizer, max_num_seqs=4).
 
 # %% [markdown]
 # Whatever it wrote there (an invented answer, a tool call nobody asked for, or the "I don't
-# know." it learned for unknown entities), nothing checks it: no held-out test covers these requests, so nobody knows how
-# often such replies are right. A product that accepts any question cannot test its
+# know." it learned for unknown entities), nothing checks it: no held-out test covers these
+# requests, so nobody knows how often such replies are right. A product that accepts any question cannot test its
 # answers. So the first reduction is not a technique but a decision: say what the assistant
 # is for, route everything else to a refusal or a person, and measure inside that scope. The
 # narrower the task, the more the next reductions can check.
