@@ -1,8 +1,8 @@
 """Visible checks for notebook 08 (the capstone: one request end to end).
 
-One case per rule each exercise states. The menus the exercises choose from live here
-(``COMPONENTS``, ``GUARANTEES``, ``STAGES``, ``FIXES``) and the notebook imports them, so the
-text and the checks cannot drift apart. The right owner of each guarantee is stored only as a
+One case per rule each exercise states. The menus the exercises choose from
+(``COMPONENTS``, ``GUARANTEES``, ``STAGES``, ``FIXES``) live in ``course_lib.capstone``, which the
+notebook's setup imports, so the text and the checks cannot drift apart. The right owner of each guarantee is stored only as a
 hash, so reading this file does not give the answers away; a wrong owner is named, never
 corrected. The budget is checked against ``reference_budget``, which works the scenario with the
 drills' own formulas (``course_lib.drills.problem_formulas``); the diagnosis against
@@ -16,25 +16,10 @@ import math
 import random
 from numbers import Real
 
+from course_lib.capstone import COMPONENTS, FINAL_STATES, FIXES, GUARANTEES, STAGES
 from course_lib.checks.report import CheckFailed, expect_close, expect_equal, expect_raises
 
 # -- exercise 1: who owns each guarantee ------------------------------------------------------------
-COMPONENTS = ("model", "tokenizer", "context packer", "engine", "sampler", "grammar guide", "dispatcher",
-              "grounding check", "trace log", "nobody")
-GUARANTEES = {
-    "prompt_fits": "the prompt, with room kept for the reply, fits the context window",
-    "template_billed": "the token count that is billed includes the chat template's markers",
-    "kv_fits": "a request is admitted only when its KV cache can have room in the memory pool",
-    "length_capped": "a reply never runs past max_new_tokens",
-    "seed_repeats": "the same prompt, parameters and seed give the same reply",
-    "reply_parses": "the reply matches its grammar (the JSON schema, or the cited-answer format)",
-    "arguments_valid": "a tool runs only with arguments that fit the tool's schema",
-    "tool_permitted": "a tool runs only when the session holds the tool's permission",
-    "claim_supported": "the reply's statement is checked against the text of the passage it cites",
-    "log_untampered": "an edited or deleted line of the trace log is detected",
-    "no_pii_logged": "no email address or card number is written to the trace log",
-    "answer_true": "the answer is true",
-}
 # sha256 of "capstone:<key>=<owner>" for the right owner of each guarantee
 OWNER_DIGESTS = {
     "prompt_fits": "9607599a27bb93ca8ddde5050c2eef3780a793b54ed1d3c17e54007a8819246a",
@@ -236,10 +221,6 @@ def latency_cost_budget(fn) -> None:
 
 
 # -- exercise 3: diagnosing a failing trace -------------------------------------------------------
-STAGES = ("none", "packing", "sampling", "decoding", "tool", "grounding")
-FIXES = ("none", "shrink_context", "lower_temperature", "raise_max_tokens", "constrain_output", "block_unsupported",
-         "constrain_tool_call")
-FINAL_STATES = ("answered", "abstained", "refused", "error")
 
 
 def reference_diagnosis(record: dict) -> dict:

@@ -7,16 +7,39 @@ nbgrader metadata that release and autograding need. Cells start with a ``# %%``
     # %% [markdown]          prose; each line starts with "# "
     # %%                     ordinary code the learner may edit
     # %% [setup]             code the learner cannot change (imports, data); restored at grading
+    # %% [checks]            locked too, but never run at grading: it imports the visible
+    #                        checks and hints, which the grading sandbox does not hold
     # %% [solution] softmax  the learner's answer cell; put the answer between
     #                        ### BEGIN SOLUTION / ### END SOLUTION
     # %% [tests] softmax points=3
     #                        visible tests that teach (what `course check` runs); the cell
     #                        is the exercise's graded cell and carries all its points
+    # %% [written] probes=08_capstone points=2
+    #                        interview probes as written answers, graded by hand: for each
+    #                        card (a notebook's cards, a card topic, or card ids separated
+    #                        by commas) a locked question cell and a markdown answer cell
+    #                        worth N points; the text comes from the probe bank (see below)
 
 The hidden tests are not in the notebook at all: they are the function ``softmax`` in
 ``grading/hidden/NN_topic.py``, run in the grader's process (see pipeline/hidden.py). At
 grading the test cell's verdict is that function's; the visible tests teach and let a
 learner check themselves. Every solution needs a [tests] cell with its name and points.
+
+A [written] cell has no body: ``written_cells`` expands it, per probe card, into
+
+- a locked markdown question cell (``written-NN-slug-question``): the card's question, then
+  the rubric between nbgrader's mark-scheme markers: each strong point with its share of the
+  points (equal shares) and the typical weak answer. nbgrader records the cell in the
+  gradebook with the rubric (SaveCells runs before ClearMarkScheme), strips the rubric from
+  the learner's copy, and at autograding restores the locked cell from the gradebook, so
+  formgrader (and the feedback) show the rubric right above the answer (release.py lets
+  nbgrader take a mark scheme outside a "manually graded task" cell);
+- a manually graded answer cell (``written-NN-slug``: markdown, ``solution`` and ``grade``,
+  N points): the card's strong points as the model answer, between ### BEGIN SOLUTION /
+  ### END SOLUTION, so the learner's copy says "YOUR ANSWER HERE". Autograding leaves it
+  to the grader (nbgrader's ``needs_manual_grade``); an untouched one scores 0 at once.
+
+It is no exercise: no hidden test, never run at grading (it is markdown).
 """
 from __future__ import annotations
 
@@ -30,12 +53,18 @@ from nbformat import NotebookNode
 
 from course_lib.pipeline.notebook_io import write_notebook
 
-KINDS = ("markdown", "code", "setup", "solution", "tests")
+KINDS = ("markdown", "code", "setup", "checks", "solution", "tests", "written")
 HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?P<args>.*)$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 COURSE_METADATA = "course"  # the cell metadata key this course adds beside nbgrader's
+CHECKS_PREFIX = "checks-"  # grade_id of a [checks] cell, which grading skips
 TESTS_NOTE = "# Graded by hidden tests too, which try more cases of the rules stated above.\n"
+ARGUMENTS = {"tests": ("points",), "written": ("probes", "points")}  # the key=value each kind takes
+WRITTEN_PREFIX = "written-"  # grade_id of a written answer cell; its question cell adds "-question"
+# nbgrader's ClearMarkScheme removes every line from the one holding BEGIN MARK SCHEME to the one
+# holding END MARK SCHEME; as HTML comments the markers themselves stay invisible in formgrader.
+MARK_SCHEME = ("<!-- === BEGIN MARK SCHEME === -->", "<!-- === END MARK SCHEME === -->")
 
 
 class AuthoringError(ValueError):
@@ -49,6 +78,7 @@ class CellSpec:
     name: str = ""
     points: float = 0.0
     lines: list[str] = field(default_factory=list)
+    probes: tuple[str, ...] = ()  # [written]: notebook names, card topics or card ids
 
     @property
     def body(self) -> str:
@@ -89,14 +119,21 @@ def parse(text: str, origin: str = "<authoring>") -> list[CellSpec]:
             spec.name = args.pop(0)
         for arg in args:
             key, _, value = arg.partition("=")
-            if kind != "tests" or key != "points":
-                raise AuthoringError(f"{origin}:{number}: unexpected '{arg}' (only [tests] takes points=N)")
+            if key not in ARGUMENTS.get(kind, ()):
+                raise AuthoringError(f"{origin}:{number}: unexpected '{arg}' (only [tests] takes points=N, "
+                                     "and [written] probes=... points=N)")
+            if key == "probes":
+                spec.probes = tuple(part for part in value.split(",") if part)
+                continue
             try:
                 spec.points = float(value)
             except ValueError:
                 raise AuthoringError(f"{origin}:{number}: points must be a number, got {value!r}") from None
         if kind == "tests" and spec.points <= 0:
             raise AuthoringError(f"{origin}:{number}: [tests] {spec.name} needs points=N with N > 0")
+        if kind == "written" and (not spec.probes or spec.points <= 0):
+            raise AuthoringError(f"{origin}:{number}: [written] needs probes=NN_topic (or a card topic, or card ids "
+                                 "separated by commas) and points=N with N > 0, the points of each answer")
         cells.append(spec)
     _check_rules(cells, origin)
     return cells
@@ -104,13 +141,29 @@ def parse(text: str, origin: str = "<authoring>") -> list[CellSpec]:
 
 def _check_rules(cells: list[CellSpec], origin: str) -> None:
     seen: dict[tuple[str, str], int] = {}
+    asked: dict[str, int] = {}  # probe card id -> line of the [written] cell that asks it
     for cell in cells:
         if cell.kind == "markdown":
             for offset, line in enumerate(cell.lines, start=1):
                 if line.strip() and not (line.startswith("# ") or line.strip() == "#"):
                     raise AuthoringError(f"{origin}:{cell.line + offset}: markdown lines must start with '# '")
+        if cell.kind == "written":
+            if cell.body.strip():
+                raise AuthoringError(f"{origin}:{cell.line}: a [written] cell takes no text (its questions come "
+                                     "from course_lib/drills/probes.toml); put any prose in a [markdown] cell above it")
+            for card in _written_cards(cell, origin):  # unknown cards are refused here, with the line
+                if card.id in asked:
+                    raise AuthoringError(f"{origin}:{cell.line}: probe card {card.id} is already asked at line "
+                                         f"{asked[card.id]}")
+                asked[card.id] = cell.line
+            continue
         if not cell.body.strip():
             raise AuthoringError(f"{origin}:{cell.line}: empty cell")
+        if any(marker in cell.body for marker in ("BEGIN MARK SCHEME", "END MARK SCHEME")):
+            # nbgrader is told not to insist on task cells (release.py): only the question cells a
+            # [written] cell makes are locked and recorded, so a rubric anywhere else would be lost.
+            raise AuthoringError(f"{origin}:{cell.line}: mark-scheme markers belong to [written] cells only; "
+                                 "a rubric comes from the probe card's strong points")
         if cell.name:
             key = (cell.kind, cell.name)
             if key in seen:
@@ -131,6 +184,81 @@ def exercises(cells: list[CellSpec]) -> list[str]:
     return [cell.name for cell in cells if cell.kind == "tests"]
 
 
+def _written_cards(spec: CellSpec, origin: str = "<authoring>") -> list:
+    """The probe cards a [written] cell asks: each selector is a notebook (``08_capstone``), a
+    card topic (``serving``) or a card id (``08.debug-from-trace``); bank order within one."""
+    # Imported here: the drills package pulls in torch, which notebooks without probes never need.
+    from course_lib.drills.cards import CARD_TOPICS, cards_for, load_cards
+
+    bank = load_cards()
+    by_id = {card.id: card for card in bank}
+    found: list = []
+    for selector in spec.probes:
+        if selector in CARD_TOPICS:
+            chosen = [card for card in bank if card.topic == selector]
+        elif re.match(r"^\d\d_\w+$", selector):
+            chosen = list(cards_for(selector, bank))
+        else:
+            chosen = [by_id[selector]] if selector in by_id else []
+        if not chosen:
+            raise AuthoringError(f"{origin}:{spec.line}: no probe cards for {selector!r} in course_lib/drills/probes.toml; "
+                                 f"name a notebook (08_capstone), a card topic ({', '.join(CARD_TOPICS)}) or "
+                                 "card ids such as 08.debug-from-trace, separated by commas")
+        found += [card for card in chosen if card not in found]
+    return found
+
+
+def _number(value: float) -> str:
+    return f"{round(value, 2):g}"
+
+
+def _points(value: float) -> str:
+    return f"{_number(value)} point{'' if value == 1 else 's'}"
+
+
+def rubric(card, points: float) -> list[tuple[str, float]]:
+    """(strong point, its share of ``points``) for each of the card's strong points: equal shares."""
+    share = points / len(card.strong_points)
+    return [(point, share) for point in card.strong_points]
+
+
+def written_question(card, points: float) -> str:
+    """The question cell's source: the question, then the rubric inside the mark-scheme markers."""
+    lines = [f'**Written answer, {_points(points)}:** "{card.question}"', "",
+             "Answer in the cell below in your own words, as you would to an interviewer: a few sentences "
+             "or a short list. It is graded by hand, a share of the points for each point a strong answer makes.",
+             MARK_SCHEME[0], "",
+             f"**Rubric** (probe card `{card.id}`; shown to the grader and in the feedback, never in the "
+             f"notebook the learner answers in). {_points(points)} in equal shares:", ""]
+    lines += [f"- **{_number(share)}** {point}" for point, share in rubric(card, points)]
+    lines += ["", f"*Typical weak answer (on its own it makes none of the points):* {card.weak_answer}", MARK_SCHEME[1]]
+    return "\n".join(lines)
+
+
+def written_cells(spec: CellSpec, origin: str = "<authoring>") -> list[NotebookNode]:
+    """A [written] cell -> per probe card a locked question cell and a hand-graded answer cell."""
+    points = int(spec.points) if spec.points.is_integer() else spec.points
+    cells = []
+    for card in _written_cards(spec, origin):
+        answer_id = WRITTEN_PREFIX + card.id.replace(".", "-")
+        question_id = f"{answer_id}-question"
+        if len(question_id) > 64:  # nbformat's limit on a cell id
+            raise AuthoringError(f"{origin}:{spec.line}: probe card id {card.id!r} is too long for a cell id; "
+                                 "shorten its slug in course_lib/drills/probes.toml")
+        question = nbformat.v4.new_markdown_cell(written_question(card, spec.points), id=question_id)
+        question.metadata["nbgrader"] = _nbgrader(question_id, locked=True)
+        question.metadata["editable"] = False
+        question.metadata["deletable"] = False
+        question.metadata[COURSE_METADATA] = {"role": "written-question", "probe": card.id}
+        model = ["### BEGIN SOLUTION", "A strong answer makes these points:", ""]
+        model += [f"- {point}" for point in card.strong_points] + ["### END SOLUTION"]
+        answer = nbformat.v4.new_markdown_cell("\n".join(model), id=answer_id)
+        answer.metadata["nbgrader"] = _nbgrader(answer_id, grade=True, solution=True, points=points)
+        answer.metadata[COURSE_METADATA] = {"role": "written", "probe": card.id}
+        cells += [question, answer]
+    return cells
+
+
 def _nbgrader(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3,
             "solution": solution, "task": False}
@@ -144,11 +272,12 @@ def to_cell(spec: CellSpec, index: int) -> NotebookNode:
     if spec.kind == "markdown":
         return nbformat.v4.new_markdown_cell(spec.body, id=f"md-{index:02d}")
     source = spec.body
-    grade_id = {"code": "", "setup": f"setup-{index:02d}", "solution": spec.name, "tests": f"{spec.name}-tests"}[spec.kind]
+    grade_id = {"code": "", "setup": f"setup-{index:02d}", "checks": f"{CHECKS_PREFIX}{index:02d}",
+                "solution": spec.name, "tests": f"{spec.name}-tests"}[spec.kind]
     if spec.kind == "tests":
         source = TESTS_NOTE + source
     cell = nbformat.v4.new_code_cell(source, id=grade_id or f"code-{index:02d}")
-    if spec.kind == "setup":
+    if spec.kind in ("setup", "checks"):
         cell.metadata["nbgrader"] = _nbgrader(grade_id, locked=True)
     elif spec.kind == "solution":
         cell.metadata["nbgrader"] = _nbgrader(grade_id, solution=True)
@@ -156,7 +285,7 @@ def to_cell(spec: CellSpec, index: int) -> NotebookNode:
         points = int(spec.points) if spec.points.is_integer() else spec.points
         cell.metadata["nbgrader"] = _nbgrader(grade_id, grade=True, locked=True, points=points)
         cell.metadata[COURSE_METADATA] = {"role": "tests", "exercise": spec.name}
-    if spec.kind in ("setup", "tests"):
+    if spec.kind in ("setup", "checks", "tests"):
         cell.metadata["editable"] = False
         cell.metadata["deletable"] = False
     return cell
@@ -167,7 +296,8 @@ def build_notebook(authoring_file: Path) -> NotebookNode:
     specs = parse(text, origin=str(authoring_file))
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
-    nb.cells = [to_cell(spec, i) for i, spec in enumerate(specs)]
+    nb.cells = [cell for i, spec in enumerate(specs)
+                for cell in (written_cells(spec, str(authoring_file)) if spec.kind == "written" else [to_cell(spec, i)])]
     nbformat.validate(nb)
     return nb
 

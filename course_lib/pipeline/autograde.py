@@ -8,10 +8,12 @@ submission it
    cells (nbgrader has already restored the locked cells from the gradebook);
 2. runs each exercise's hidden test, ``grading/hidden/<assignment>.py``, in this process:
    the test calls the student's functions with plain data and compares plain data;
-3. writes each verdict into that exercise's graded test cell as its output: one line per
-   hidden check, and an error output when any failed, so nbgrader's own ``SaveAutoGrades``
-   scores the cell (full points or none) and its feedback shows each check's message but
-   never the test's code or expected values.
+3. writes each verdict into that exercise's graded test cell as its output, so nbgrader's
+   own ``SaveAutoGrades`` scores the cell and its feedback shows every check's message but
+   never the test's code or expected values: under ``scoring = "partial"`` (the default) a
+   stdout line per check with its share of the points, then an ``execute_result`` holding
+   the score (``partial_score`` in hidden.py), which nbgrader records as partial credit;
+   under ``"all-or-nothing"`` the same lines, and an error output when any check failed.
 
 The kernel is gone before this step returns, so the gradebook, feedback and CSV are written
 by the grader alone. A submission whose answer cells kill or hang the kernel, or that runs
@@ -25,14 +27,15 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Float, Integer
+from traitlets import Bool, Enum, Float, Integer
 
-from course_lib.pipeline.hidden import Checks, hidden_test, load_hidden, run_hidden_test
+from course_lib.pipeline.hidden import (ALL_OR_NOTHING, PARTIAL, SCORING, Checks, feedback, hidden_test, load_hidden,
+                                        run_hidden_test, score)
 from course_lib.pipeline.learner import (GRADE_CELL_TIMEOUT, GRADE_NOTEBOOK_TIMEOUT, LearnerKernel,
                                          LearnerUnavailable)
 from course_lib.pipeline.paths import CoursePaths, find_course
-from course_lib.pipeline.reference_stubs import write_stubs
 from course_lib.pipeline.sandbox import Limits
+from course_lib.pipeline.withheld import sandbox_overlays
 
 TESTS_SUFFIX = "-tests"  # a graded test cell's grade_id is "<exercise>-tests"
 MAX_RESTARTS = 3         # fresh kernels after one died inside a hidden test's call
@@ -58,9 +61,19 @@ def graded_exercises(nb) -> list[tuple[int, str]]:
     return found
 
 
-def verdict_outputs(checks: Checks) -> list:
-    """A test cell's outputs: the check lines, plus an error when any check failed."""
-    outputs = [nbformat.v4.new_output("stream", name="stdout", text="Hidden tests:\n" + checks.report() + "\n")]
+def verdict_outputs(checks: Checks, points: float, scoring: str = PARTIAL) -> list:
+    """A test cell's outputs, which nbgrader's ``determine_grade`` turns into its score.
+
+    Both rules start with the feedback text on stdout. Partial credit then ends with an
+    ``execute_result`` holding the score (nbgrader reads a number there as the points; no
+    error output, which would make it 0); all-or-nothing ends with an error when any check
+    failed (0 points) and nothing else (full points).
+    """
+    outputs = [nbformat.v4.new_output("stream", name="stdout", text=feedback(checks, points, scoring) + "\n")]
+    if scoring == PARTIAL:
+        outputs.append(nbformat.v4.new_output("execute_result", data={"text/plain": f"{score(checks, points):g}"},
+                                              execution_count=None))
+        return outputs
     failed = [r for r in checks.results if not r.passed]
     if failed:
         first = failed[0]
@@ -83,7 +96,7 @@ def grade_answers(nb, paths: CoursePaths, assignment: str, *, limits: Limits | N
     deadline = time.monotonic() + notebook_timeout
     verdicts = {}
     with tempfile.TemporaryDirectory(prefix="course-stubs-") as stubs:
-        overlays = write_stubs(list(getattr(tests, "REFERENCES", ())), Path(stubs))
+        overlays = sandbox_overlays(getattr(tests, "REFERENCES", ()), Path(stubs))
         with LearnerKernel(nb, course_root=paths.root, submission_dir=submission_dir, limits=limits,
                            cell_timeout=cell_timeout, deadline=deadline, overlays=overlays) as learner:
             try:
@@ -111,6 +124,9 @@ class GradeOutOfProcess(NbGraderPreprocessor):
     memory_mb = Integer(Limits.memory_mb, help="address-space limit of a student kernel").tag(config=True)
     processes = Integer(Limits.processes, help="tasks allowed in a sandbox").tag(config=True)
     cpu_seconds = Integer(Limits.cpu_seconds, help="CPU seconds per sandboxed process").tag(config=True)
+    scoring = Enum(SCORING, default_value=PARTIAL,
+                   help=f"'{PARTIAL}': each hidden check earns its share of the points; "
+                        f"'{ALL_OR_NOTHING}': every check must pass").tag(config=True)
 
     def preprocess(self, nb, resources):
         limits = Limits(self.memory_mb, self.processes, self.cpu_seconds) if self.sandbox else None
@@ -119,5 +135,6 @@ class GradeOutOfProcess(NbGraderPreprocessor):
                                  limits=limits, cell_timeout=self.cell_timeout,
                                  notebook_timeout=self.notebook_timeout, submission_dir=submission)
         for index, checks in verdicts.items():
-            nb.cells[index].outputs = verdict_outputs(checks)
+            points = float(nb.cells[index].metadata["nbgrader"]["points"])
+            nb.cells[index].outputs = verdict_outputs(checks, points, self.scoring)
         return nb, resources

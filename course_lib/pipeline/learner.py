@@ -26,6 +26,7 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+from course_lib.pipeline.authoring import CHECKS_PREFIX
 from course_lib.pipeline.plain_data import NotPlainData, decode, encode
 from course_lib.pipeline.remote_call import MIME
 from course_lib.pipeline.sandbox import Limits, Sandbox
@@ -119,6 +120,8 @@ def answer_cells(nb) -> list[int]:
     picked = []
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
+        if str(meta.get("grade_id", "")).startswith(CHECKS_PREFIX):
+            continue  # the visible checks' imports: not in the grading sandbox, not needed there
         if cell.cell_type == "code" and not meta.get("grade") and (meta.get("solution") or meta.get("locked")):
             picked.append(index)
     return picked

@@ -6,6 +6,10 @@
 #
 # **Time:** about 55 minutes
 #
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
+#
 # You type a question into a chat box and press Enter. A second or two later, words start
 # to stream back. This course follows that one request through every stage in between, and
 # in each notebook you build a stage yourself and measure it.
@@ -28,11 +32,14 @@ import tiktoken
 
 import course_lib.tokenization  # puts tiktoken's rank files in place: no download needed
 from course_lib.tokenization.chat_template import render_chat
+
+cl100k = tiktoken.get_encoding("cl100k_base")  # GPT-4-era production tokenizer
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
 from course_lib.checks import orientation as check
 from course_lib.checks.hints import Hints
-
 hint = Hints(check.HINTS)
-cl100k = tiktoken.get_encoding("cl100k_base")  # GPT-4-era production tokenizer
 
 # %% [markdown]
 # ## The stages, in order

@@ -21,6 +21,10 @@
 # dicts and `str`/`bytes`; what UTF-8 is, roughly (one character can take several bytes).
 #
 # **Time:** about 155 minutes.
+#
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
 
 # %% [setup]
 import random
@@ -44,13 +48,15 @@ from course_lib.tokenization import (
 )
 from course_lib.tokenization.chat_template import SPECIAL_TOKENS, render_chat
 from course_lib.tokenization.samples import PARALLEL_FUNCTION, PARALLEL_PASSAGE
-from course_lib.checks import tokenization as check
-from course_lib.checks.hints import Hints
-
-hint = Hints(check.HINTS)  # hint("get_stats") shows the next hint for an exercise
 
 cl100k = tiktoken.get_encoding("cl100k_base")
 o200k = tiktoken.get_encoding("o200k_base")
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import tokenization as check
+from course_lib.checks.hints import Hints
+hint = Hints(check.HINTS)  # hint("get_stats") shows the next hint for an exercise
 
 # %% [markdown]
 # ## The intuition

@@ -14,6 +14,10 @@
 #
 # **Time:** about 125 minutes.
 #
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
+#
 # **By the end of this notebook you can**
 # - compute scaled dot-product attention by hand and say why the scores are divided by
 #   $\sqrt{d_k}$;
@@ -36,11 +40,14 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.attention import MultiHeadAttention, attention_weights, rope_cos_sin, sinusoidal_positions
-from course_lib.checks import attention as check
-from course_lib.checks.hints import Hints
 from course_lib.model import Transformer, WeightsNotFoundError, get_config, load_model, load_tokenizer
 
 torch.set_num_threads(1)  # small tensors: one thread is faster and steadier on a shared CPU
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import attention as check
+from course_lib.checks.hints import Hints
 hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]

@@ -6,6 +6,10 @@
 #
 # **Time:** about 110 minutes (a first careful pass, with the three exercises)
 #
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
+#
 # Notebook 02 built attention: every position makes a query, a key and a value, and each
 # query reads all the keys before it. This notebook is about what happens when the model
 # writes an answer one token at a time, and why the memory that makes that fast is the
@@ -29,8 +33,6 @@ import time
 import matplotlib.pyplot as plt
 import torch
 
-from course_lib.checks import kv_cache as check
-from course_lib.checks.hints import Hints
 from course_lib.kv_memory import (
     ACCELERATORS,
     MODEL_GEOMETRIES,
@@ -42,6 +44,11 @@ from course_lib.kv_memory import (
 )
 from course_lib.model import Transformer, WeightsNotFoundError, decode_step, get_config, load_model, prefill
 
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import kv_cache as check
+from course_lib.checks.hints import Hints
 hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]

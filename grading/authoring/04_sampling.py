@@ -20,6 +20,10 @@
 # You should be comfortable with PyTorch tensors, `dim=-1` and boolean masks.
 #
 # **Time:** about 175 minutes (a first careful pass with all eight exercises).
+#
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
 
 # %% [setup]
 import math
@@ -28,8 +32,6 @@ import re
 import matplotlib.pyplot as plt
 import torch
 
-from course_lib.checks import sampling as check
-from course_lib.checks.hints import Hints
 from course_lib.model import load_model, load_tokenizer, prefill
 from course_lib.sampling import (
     SamplingParams,
@@ -42,6 +44,11 @@ from course_lib.sampling import (
 )
 from course_lib.tokenization.chat_template import render_chat
 
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import sampling as check
+from course_lib.checks.hints import Hints
 hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]

@@ -26,6 +26,10 @@
 # No automata theory is assumed.
 #
 # **Time:** about 185 minutes (a first careful pass with all six exercises).
+#
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
 
 # %% [setup]
 import json
@@ -38,8 +42,6 @@ import numpy as np
 import pydantic
 import torch
 
-from course_lib.checks import structured as check
-from course_lib.checks.hints import Hints
 from course_lib.model import load_model, load_tokenizer
 from course_lib.sampling import (
     SamplingParams,
@@ -71,6 +73,11 @@ from course_lib.tools import (
 )
 
 MAX_ERROR_CHARS = 200  # how much of a validation error the retry loop feeds back to the model
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import structured as check
+from course_lib.checks.hints import Hints
 hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]

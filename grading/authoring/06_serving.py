@@ -27,6 +27,10 @@
 # You should be comfortable with Python dicts, lists and classes, and PyTorch tensors.
 #
 # **Time:** about 205 minutes (a first careful pass with all six exercises).
+#
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
 
 # %% [setup]
 import asyncio
@@ -45,8 +49,6 @@ import httpx
 import matplotlib.pyplot as plt
 import torch
 
-from course_lib.checks import serving as check
-from course_lib.checks.hints import Hints
 from course_lib.data.corpus import heldout_split
 from course_lib.evaluate import SCORERS
 from course_lib.kv_memory import ACCELERATORS, compare_paging, get_geometry, kv_bytes_per_token
@@ -58,7 +60,6 @@ from course_lib.serving.loadgen import held_out_prompts, run_benchmark, summariz
 from course_lib.tokenization.chat_template import encode_chat
 
 torch.set_num_threads(2)  # the course's reference machine: two CPU cores
-hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 
 def chain_hash(parent, block_tokens):
@@ -70,6 +71,12 @@ def chain_hash(parent, block_tokens):
         h.update(parent.to_bytes(8, "little"))
     h.update(array("q", block_tokens).tobytes())
     return int.from_bytes(h.digest(), "little")
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import serving as check
+from course_lib.checks.hints import Hints
+hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
 # ## One request, two phases

@@ -32,6 +32,10 @@
 # comfortable with Python dicts and lists, `re` and `json`.
 #
 # **Time:** about 195 minutes (a first careful pass with all five exercises).
+#
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
 
 # %% [setup]
 import contextlib
@@ -49,8 +53,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from course_lib.checks import context as check
-from course_lib.checks.hints import Hints
 from course_lib.context import (BM25Index, ContextOverflow, Passage, TraceLog, TraceRecord, pack_context, render_tools,
                                 terms, user_with_passages, verify)
 from course_lib.context import calibration, safety
@@ -70,7 +72,6 @@ from course_lib.tools import (Dispatcher, demo_book, parse_tinychat_tool_call, r
                               tinychat_registry)
 
 torch.set_num_threads(2)  # the course's reference machine: two CPU cores
-hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # for exercise 4: the pieces of a trace log line
 EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
@@ -81,6 +82,12 @@ GENESIS = "0" * 64  # the "prev" of a log's first line
 def canonical(value):
     """The one byte form of a JSON value that gets hashed: sorted keys, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import context as check
+from course_lib.checks.hints import Hints
+hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
 # ## The window counts everything

@@ -27,6 +27,10 @@
 #
 # **Time:** about 120 minutes (a first careful pass with all three exercises).
 #
+# **Grading:** the course's own implementations that the setup cell imports are there for the
+# demos. While your notebook is graded they are switched off, and so are the visible checks
+# and the libraries the tests compare against: each answer must be your own code.
+#
 # Stuck on an exercise? `hint("exercise_name")` shows one hint at a time, gentlest first.
 
 # %% [setup]
@@ -42,9 +46,7 @@ import jsonschema
 import matplotlib.pyplot as plt
 import torch
 
-from course_lib.checks import capstone as check
-from course_lib.checks.capstone import COMPONENTS, FIXES, GUARANTEES, STAGES
-from course_lib.checks.hints import Hints
+from course_lib.capstone import COMPONENTS, FIXES, GUARANTEES, STAGES
 from course_lib.context import BM25Index, ContextOverflow, Passage, TraceLog, TraceRecord, pack_context, verify
 from course_lib.data.grounded import GROUNDED_ABSTAIN
 from course_lib.drills.problem_formulas import request_cost_usd
@@ -58,6 +60,11 @@ from course_lib.tokenization.chat_template import encode_chat
 from course_lib.tools import Dispatcher, demo_book, parse_tinychat_tool_call, refund_registry, tinychat_registry
 
 torch.set_num_threads(2)  # the course's reference machine: two CPU cores
+
+# %% [checks]
+# The visible checks and their hints (grading runs without them: the answers must be your own).
+from course_lib.checks import capstone as check
+from course_lib.checks.hints import Hints
 hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that exercise
 
 # %% [markdown]
@@ -777,11 +784,21 @@ lines[1] = lines[1].replace('"final_state":"error"', '"final_state":"answered"',
 print(verify(folder / "edited.jsonl"))
 
 # %% [markdown]
+# ## Written answers
+#
+# This notebook's interview questions, answered in writing: type each answer in the cell under
+# its question, in your own words, before you read the cards in the next section. They are
+# graded by hand, a share of the points for each point a strong answer makes; your feedback
+# shows the rubric.
+
+# %% [written] probes=08_capstone points=2
+
+# %% [markdown]
 # ## Interview probes
 #
-# Answer each question aloud before you read its points, then count the points you made. The
-# cards come from the course's probe bank (`course_lib/drills/probes.toml`), the same cards the
-# interview drills ask.
+# The same questions as cards. Answer each aloud (or compare your written answer) before you
+# read its points, then count the points you made. The cards come from the course's probe bank
+# (`course_lib/drills/probes.toml`), the same cards the interview drills ask.
 
 # %%
 from course_lib.drills.cards import show_probes

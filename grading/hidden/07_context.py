@@ -23,6 +23,7 @@ REFERENCES = (
     "course_lib.context.cost.cost_per_success",
     "course_lib.context.trace_log.redact",
     "course_lib.context.trace_log.redact_record",
+    "course_lib.context.trace_log._redact_cards",
     "course_lib.context.trace_log.luhn_valid",
     "course_lib.context.trace_log.entry_hash",
     "course_lib.context.trace_log.TraceLog",
@@ -264,7 +265,7 @@ def abstention_threshold(learner, check):
                     [expected["answered"], expected["wrong_answered"]])
         if expected["accuracy"] is None:
             check.that(f"accuracy is None when nothing is answered ({shown})", _item("accuracy", replay),
-                       lambda v: v is None, "nothing answered: accuracy is None")
+                       lambda v: v is None, "nothing answered: accuracy is None", edge=True)
         else:
             check.close(f"accuracy = right / answered ({shown})", _item("accuracy", replay), expected["accuracy"],
                         atol=1e-12)
@@ -524,10 +525,11 @@ def trace_chain(learner, check):
     texts = list(REDACT_CASES) + [(f"random text {case}", _random_text(rng)) for case in range(40)]
     for label, text in texts:
         replay = Once((lambda t: lambda: redact(t))(text))
-        check.equal(f"redact_pii: {label}", replay, _redact(text))
+        # Text with nothing to redact comes back as it went in: a do-nothing answer passes that.
+        check.equal(f"redact_pii: {label}", replay, _redact(text), edge=_redact(text) == text)
         check.that(f"redact_pii leaves no email, card or phone the rules name ({label})", replay,
                    lambda out: isinstance(out, str) and not _leaks(out),
-                   "every EMAIL_RE match and every card or phone run must be replaced")
+                   "every EMAIL_RE match and every card or phone run must be replaced", edge=True)
     records = _records()
     expected = _chain(records)
     replay = Once(lambda: chain(_records()))
@@ -551,7 +553,7 @@ def trace_chain(learner, check):
     check.equal("chain_records: a single record", lambda: chain(single), _chain(single))
     keeps = learner.script(_KEEPS_INPUT, "_chain_keeps_input")
     check.that("chain_records does not change the caller's records", lambda: keeps(_records()), lambda v: v is True,
-               "redact into new dicts and lists; leave the records you were given as they were")
+               "redact into new dicts and lists; leave the records you were given as they were", edge=True)
     check.equal("first_bad_line: an intact log is None", lambda: first_bad(list(expected)), None)
     check.equal("first_bad_line: an empty log is None", lambda: first_bad([]), None)
     long_log = _chain([{"request_id": f"r-{i}", "note": _random_text(rng)} for i in range(9)])

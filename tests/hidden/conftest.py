@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from course_lib.pipeline.authoring import build_notebook, exercises, parse
+from course_lib.pipeline.authoring import CHECKS_PREFIX, build_notebook, exercises, parse
 from course_lib.pipeline.hidden import LocalLearner, hidden_test, load_hidden, run_hidden_test
 from course_lib.pipeline.learner import answer_cells
 from tests.pipeline.conftest import ASSIGNMENTS, REPO
@@ -44,9 +44,21 @@ def test_cell(name: str, exercise: str) -> str:
     return cell.source
 
 
+@functools.lru_cache(maxsize=None)
+def visible_checks(name: str) -> dict:
+    """What a notebook's [checks] cells define (``check``, ``hint``): grading never runs them,
+    the learner's visible test cells need them."""
+    nb = build_notebook(AUTHORING / f"{name}.py")
+    namespace = {"__name__": f"checks_{name}"}
+    for cell in nb.cells:
+        if str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).startswith(CHECKS_PREFIX):
+            exec(compile(cell.source, f"<{name} checks cell>", "exec"), namespace)
+    return namespace
+
+
 def visible_failure(name: str, exercise: str, **replacements) -> str:
     """What the visible test cell raises with some answers replaced ('' when it passes)."""
-    namespace = {**answers(name), **replacements}
+    namespace = {**answers(name), **visible_checks(name), **replacements}
     try:
         exec(compile(test_cell(name, exercise), f"<{name} {exercise} tests>", "exec"), namespace)
     except Exception as exc:  # the learner would see this exception under the test cell

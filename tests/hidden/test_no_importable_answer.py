@@ -1,0 +1,50 @@
+"""No callable a student can reach while grading answers an exercise (see tests/hidden/attack.py).
+
+Every exercise's names are answered in turn by every fitting function and class of
+``course_lib`` and of the oracles, and run on the hidden test in this process, with nothing
+stubbed. Whatever earns points that way must be switched off in that notebook's sandbox:
+withheld (the visible checks, the oracles) or stubbed (``REFERENCES``). The graded attack in
+tests/pipeline/test_grade.py then grades these same delegations in the real sandbox.
+"""
+from __future__ import annotations
+
+import pytest
+
+from course_lib.pipeline.hidden import partial_score
+from tests.hidden import attack
+from tests.hidden.conftest import EXERCISES, notebook_exercises
+from tests.pipeline.conftest import ASSIGNMENTS
+
+
+@pytest.mark.parametrize("name, exercise", EXERCISES)
+def test_stand_ins_alone_earn_nothing(name, exercise):
+    """The attack's baseline: with every name a stand-in that raises, the exercise scores 0."""
+    assert partial_score(attack.baseline(name, exercise), 1.0) == 0
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_every_callable_that_answers_is_switched_off_in_the_sandbox(name):
+    reachable = [t for t in attack.answering_trials(name) if not attack.switched_off(name, t.candidate)]
+    assert not reachable, "these answer an exercise and are reachable while grading; add them to " \
+        f"REFERENCES in grading/hidden/{name}.py:\n" + "\n".join(
+            f"  {t.exercise}: {t.answer.name} = {t.candidate.dotted}{' (by name)' if t.by_name else ''} earns {t.score:.0%} ({len(t.passed)} checks)"
+            for t in reachable)
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_the_attack_tries_every_exercise_with_callable_answers(name):
+    """A guard on the generator itself: an exercise whose answer is a function or class gets
+    candidates (a fit rule that matched nothing would prove nothing)."""
+    for exercise in notebook_exercises(name):
+        for answer in attack.solution_answers(name, exercise):
+            if answer.kind == "data":  # a dict or a constant: nothing to delegate to
+                continue
+            assert attack.candidates(answer), f"{name} {exercise}: no candidate fits {answer.name}"
+
+
+def test_the_known_holes_are_among_the_candidates():
+    """The delegations the issue found by hand are generated, and they would score."""
+    found = {(t.exercise, t.candidate.dotted) for n in ("04_sampling", "06_serving") for t in attack.answering_trials(n)}
+    assert ("schedule_step", "course_lib.checks.serving.reference_schedule") in found
+    assert ("block_pool", "course_lib.checks.serving.ReferencePool") in found
+    assert ("generate_text", "course_lib.checks.sampling._reference_loop") in found
