@@ -5,6 +5,7 @@
                                    (--full: the hidden tests too, run as the grader runs them)
     course release [NAME ...]      authoring file -> source notebook -> nbgrader release -> notebooks/
     course grade NAME              autograde grading/submitted/*/NAME in sandboxed kernels, feedback, CSV
+    course export-grades NAME --format csv|canvas   the gradebook's scores, as a CSV or for Canvas's import
     course train / course eval     reproduce / measure the shipped course model
 
 Exit status: 0 success, 1 something failed (a test, a submission), 2 bad input.
@@ -18,8 +19,9 @@ from pathlib import Path
 from course_lib import validation
 from course_lib.pipeline.authoring import AuthoringError
 from course_lib.pipeline.check import CHECK_CELL_TIMEOUT, check_notebook, format_report
+from course_lib.pipeline.export import FORMATS, NothingToExport, export_grades
 from course_lib.pipeline.grade import GradeOptions, NoSubmissions, format_table, grade
-from course_lib.pipeline.hidden import HiddenTestsMissing
+from course_lib.pipeline.hidden import ALL_OR_NOTHING, PARTIAL, SCORING, HiddenTestsMissing
 from course_lib.pipeline.nbgrader_run import NbgraderFailed
 from course_lib.pipeline.notebook_io import NotebookError
 from course_lib.pipeline.paths import CourseNotFound, find_course
@@ -56,7 +58,7 @@ def cmd_release(args) -> int:
 def cmd_grade(args) -> int:
     paths = find_course()
     options = GradeOptions(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout, jobs=args.jobs,
-                           sandbox=not args.no_sandbox,
+                           sandbox=not args.no_sandbox, scoring=args.scoring,
                            limits=Limits(args.memory_mb, args.processes, args.cpu_seconds))
     grades = grade(paths, args.assignment, options)
     print(options.describe())
@@ -67,6 +69,20 @@ def cmd_grade(args) -> int:
     if failed:
         print(f"{len(failed)} submission(s) could not be graded: {', '.join(failed)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_export_grades(args) -> int:
+    paths = find_course()
+    try:
+        path, scores = export_grades(paths, args.assignment, args.format,
+                                     Path(args.output) if args.output else None, args.column)
+    except NothingToExport as exc:
+        print(f"course export-grades: {exc}", file=sys.stderr)
+        return 2
+    graded = sum(s.score is not None for s in scores.students)
+    shown = path.relative_to(paths.root) if path.resolve().is_relative_to(paths.root.resolve()) else path
+    print(f"{shown}: {len(scores.students)} students, {graded} with a graded submission")
     return 0
 
 
@@ -127,7 +143,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"CPU seconds for each process in a sandbox (default {Limits.cpu_seconds})")
     grd.add_argument("--no-sandbox", action="store_true",
                      help="grade without the sandbox: student code runs as you, with the course folder reachable")
+    grd.add_argument("--scoring", choices=SCORING, default=PARTIAL,
+                     help=f"'{PARTIAL}' (default): each hidden check earns its share of the exercise's points "
+                          f"(error-path and edge checks only beside a passing ordinary one); "
+                          f"'{ALL_OR_NOTHING}': an exercise's points need every check to pass")
     grd.set_defaults(run=cmd_grade)
+
+    exp = sub.add_parser("export-grades", help="write an assignment's scores from nbgrader's gradebook")
+    exp.add_argument("assignment")
+    exp.add_argument("--format", choices=FORMATS, default="csv",
+                     help="csv: nbgrader's export columns; canvas: Canvas's gradebook import layout (default csv)")
+    exp.add_argument("--output", help="file to write (default grading/grades/ASSIGNMENT-gradebook.csv "
+                                      "or ASSIGNMENT-canvas.csv)")
+    exp.add_argument("--column", help="Canvas column header, e.g. 'Orientation (1234)' to update that Canvas "
+                                      "assignment (default: the assignment's name)")
+    exp.set_defaults(run=cmd_export_grades)
 
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=f"{text} (see course {name} --help)")
