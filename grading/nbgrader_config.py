@@ -26,3 +26,8 @@ c.GradeOutOfProcess.sandbox = True
 c.OverwriteCells.add_missing_cells = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# Written answers keep their rubric in the locked question cell above them, between mark-scheme
+# markers: stripped from the learner's copy, restored for formgrader and the feedback. nbgrader
+# accepts mark schemes only in task cells unless told otherwise (see pipeline/authoring.py).
+c.ClearMarkScheme.enforce_metadata = False

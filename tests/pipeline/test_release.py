@@ -11,6 +11,7 @@ from course_lib.pipeline.release import release
 from tests.pipeline.conftest import ASSIGNMENTS, REPO
 
 SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
+MARK_SCHEME = ("<!-- === BEGIN MARK SCHEME === -->", "<!-- === END MARK SCHEME === -->")  # written answers' rubrics
 
 
 def regions(source: str, markers: tuple[str, str]) -> list[str]:
@@ -49,6 +50,7 @@ def test_released_notebook_holds_no_solution_and_no_hidden_test(name):
     released = nbformat.reads(released_text, as_version=4)
     secret = [line for cell in source.cells for line in regions(cell.source, SOLUTION)]
     assert secret, "the source notebook should carry solutions"
+    secret += [line for cell in source.cells for line in regions(cell.source, MARK_SCHEME)]
     hidden = (REPO / "grading" / "hidden" / f"{name}.py").read_text(encoding="utf-8")
     secret += [line.strip() for line in hidden.splitlines() if len(line.strip()) > 30
                and not line.strip().startswith(("#", '"""', "def ", "import ", "from "))]
@@ -58,7 +60,9 @@ def test_released_notebook_holds_no_solution_and_no_hidden_test(name):
     for marker in SOLUTION:
         assert marker not in released_text
     stubs = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("solution")]
-    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+    code_stubs = [c for c in stubs if c.cell_type == "code"]
+    assert code_stubs and all("raise NotImplementedError()" in c.source for c in code_stubs)
+    assert all(c.source == "YOUR ANSWER HERE" for c in stubs if c.cell_type == "markdown")  # written answers
 
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("notebooks/*.ipynb")) + sorted(REPO.glob("grading/source/*/*.ipynb")),
