@@ -3,7 +3,9 @@
 One line per exercise: passed, not attempted, or failed with the visible test's own message.
 Cells are bounded in time; a dead kernel or a hung cell is reported, never a traceback.
 ``--full`` (``full=True``) then runs the hidden tests too, the way the grader does: the
-answer cells in a fresh sandboxed kernel, the hidden tests in this process.
+answer cells in a fresh sandboxed kernel, the hidden tests in this process, each exercise
+scored by the grader's own rule (``hidden.score``, partial credit by default), so a learner
+working alone sees the points ``course grade`` would give.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from course_lib.pipeline.authoring import COURSE_METADATA
+from course_lib.pipeline.hidden import PARTIAL, RULES, score
 from course_lib.pipeline.learner import ipc_kernel_manager
 from course_lib.pipeline.notebook_io import read_notebook
 
@@ -30,6 +33,8 @@ class ExerciseResult:
     status: str  # "passed", "failed", "not attempted"
     message: str = ""
     hidden: str = ""  # with --full: "passed", or the first failed hidden check
+    points: float = 0.0  # the exercise's points (the test cell's nbgrader points)
+    earned: float | None = None  # with --full: its score under the grader's rule
 
 
 @dataclass
@@ -38,6 +43,7 @@ class CheckReport:
     exercises: list[ExerciseResult] = field(default_factory=list)
     other_errors: list[str] = field(default_factory=list)
     fatal: str = ""  # the kernel died or a cell could not be interrupted
+    scoring: str = PARTIAL  # the rule the hidden tests' points were scored by (with --full)
 
     @property
     def ok(self) -> bool:
@@ -89,7 +95,8 @@ def summarize(nb, path: Path) -> CheckReport:
     return report
 
 
-def check_notebook(path: Path | str, *, cell_timeout: int = CHECK_CELL_TIMEOUT, full: bool = False) -> CheckReport:
+def check_notebook(path: Path | str, *, cell_timeout: int = CHECK_CELL_TIMEOUT, full: bool = False,
+                   scoring: str = PARTIAL) -> CheckReport:
     """Run ``path`` in a fresh kernel (cwd = its folder) and summarize its tests.
 
     Raises NotebookError (from read_notebook) for anything that is not a valid notebook.
@@ -98,12 +105,12 @@ def check_notebook(path: Path | str, *, cell_timeout: int = CHECK_CELL_TIMEOUT, 
     nb = read_notebook(path)
     report = _visible(nb, path, cell_timeout)
     if full and not report.fatal:
-        add_hidden_verdicts(report, read_notebook(path), cell_timeout)
+        add_hidden_verdicts(report, read_notebook(path), cell_timeout, scoring)
     return report
 
 
-def add_hidden_verdicts(report: CheckReport, nb, cell_timeout: int) -> None:
-    """Grade ``nb``'s answers with the hidden tests, as ``course grade`` would."""
+def add_hidden_verdicts(report: CheckReport, nb, cell_timeout: int, scoring: str = PARTIAL) -> None:
+    """Grade ``nb``'s answers with the hidden tests, as ``course grade`` would, and score them."""
     from course_lib.pipeline.autograde import GradingFailed, grade_answers
     from course_lib.pipeline.paths import find_course
     from course_lib.pipeline.sandbox import Limits, SandboxUnavailable, check_available
@@ -120,12 +127,16 @@ def add_hidden_verdicts(report: CheckReport, nb, cell_timeout: int) -> None:
         report.fatal = f"the hidden tests could not run: {exc.args[0]}"
         return
     by_name = {e.exercise: e for e in report.exercises}
+    report.scoring = scoring
     for index, checks in verdicts.items():
         failed = [r for r in checks.results if not r.passed]
-        exercise = nb.cells[index].metadata["nbgrader"]["grade_id"].removesuffix("-tests")
+        meta = nb.cells[index].metadata["nbgrader"]
+        exercise = meta["grade_id"].removesuffix("-tests")
         if exercise in by_name:
             by_name[exercise].hidden = "passed" if not failed else (
                 f"{len(failed)} of {len(checks.results)} fail; first: {failed[0].label}: {failed[0].message}")
+            by_name[exercise].points = float(meta["points"])
+            by_name[exercise].earned = score(checks, float(meta["points"]), scoring)
 
 
 def _visible(nb, path: Path, cell_timeout: int) -> CheckReport:
@@ -150,11 +161,16 @@ def format_report(report: CheckReport) -> str:
         suffix = "" if e.status == "passed" else f" [{e.status}]"
         lines.append(f"  {marks[e.status]} {e.exercise}{suffix}{tail}")
         if e.hidden and e.status != "not attempted":
-            lines.append(f"      hidden tests: {'✓ all pass' if e.hidden == 'passed' else '✗ ' + e.hidden}")
+            lines.append(f"      hidden tests: {'✓ all pass' if e.hidden == 'passed' else '✗ ' + e.hidden}"
+                         f" ({e.earned:g} of {e.points:g} points)")
     for other in report.other_errors:
         lines.append(f"  ! {other}")
     if report.fatal:
         lines.append(f"  ✗ {report.fatal}")
     passed = sum(e.status == "passed" for e in report.exercises)
     lines.append(f"{passed} of {len(report.exercises)} exercise checks pass.")
+    scored = [e for e in report.exercises if e.earned is not None]
+    if scored:
+        lines.append(f"Hidden tests: {sum(e.earned for e in scored):g} of {sum(e.points for e in scored):g} points "
+                     f"as the grader scores them ({RULES[report.scoring]}).")
     return "\n".join(lines)

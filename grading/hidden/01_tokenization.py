@@ -236,7 +236,7 @@ def merge(learner, check):
     for (ids, pair, new_id, rule), call in list(zip(cases, calls))[2:9] + list(zip(cases, calls))[-3:]:
         check.that(f"the list it is given is not modified (merging {pair} in {len(ids)} IDs)",
                    functools.partial(call, unchanged=True), lambda same: same is True,
-                   "merge changed the list it was given: build and return a new list")
+                   "merge changed the list it was given: build and return a new list", edge=True)
 
 
 # ----- Exercise 3 --------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def train_bpe(learner, check):
                    + [("some text", size) for size in too_small])
     check.that("the result is a dict {(left_id, right_id): new_id}", calls[0],
                lambda got: type(got) is dict and all(type(k) is tuple and len(k) == 2 for k in got),
-               "return a dict mapping each merged pair (a tuple of two IDs) to its new ID")
+               "return a dict mapping each merged pair (a tuple of two IDs) to its new ID", edge=True)
     for (text, size, rule), call in zip(cases, calls):
         check.equal(f"{rule} ({len(text)} characters, vocab_size {size}): the same merges in the order learned",
                     lambda: _items(call()), _textbook_bpe(text, size))
@@ -405,10 +405,10 @@ def split_characters(learner, check):
                            lambda got: got == expected, "count positions in the str, not in its UTF-8 bytes")
             check.that(f"{what} under {name}: each split character is listed once", call,
                        lambda got: type(got) is not list or len(got) == len(set(got)),
-                       "a character cut in several places is still one split character")
+                       "a character cut in several places is still one split character", edge=True)
             check.that(f"{what} under {name}: a boundary at a character's end does not split it", call,
                        lambda got: type(got) is not list or set(got) <= set(expected),
-                       "only a token boundary strictly inside a character's bytes splits it")
+                       "only a token boundary strictly inside a character's bytes splits it", edge=True)
     bad = [(b"\xf0\x9f\x8e\x89", "bytes"), (None, "None"), (["hi"], "a list")]
     calls = _batch(learner, "split_characters", [(value,) for value, _ in bad], "cl100k_base")
     for (_, what), call in zip(bad, calls):

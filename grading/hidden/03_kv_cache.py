@@ -242,7 +242,7 @@ def cached_greedy_logits(learner, check):
                         (8, "steps=0 (below 1)"), (9, "steps=-1 (below 1)"), (10, "chunk_size=0 (below 1)"),
                         (11, "chunk_size=-4 (below 1)")):
         check.that(f"{rule} raises ValueError", lambda: results()[index], lambda r: _raised(r, "ValueError"),
-                   "no ValueError: check the arguments before touching the model")
+                   "no ValueError: check the arguments before touching the model", edge=True)
 
 
 _PLAN_RULES = {

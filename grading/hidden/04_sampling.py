@@ -130,7 +130,7 @@ def apply_temperature(learner, check):
     for T in (0.7, 0.0):
         check.that(f"returns a new tensor and leaves the input logits unchanged (T={T:g})",
                    lambda: unchanged("apply_temperature", [[1.0, 3.0, 2.0], [0.5, -1.0, 4.0]], T),
-                   lambda ok: ok is True, "build a new tensor; do not modify the logits you were given")
+                   lambda ok: ok is True, "build a new tensor; do not modify the logits you were given", edge=True)
     for bad in (-0.5, -1e-6):
         check.raises(f"a negative temperature raises ValueError (T={bad:g})", lambda: f(torch.zeros(3), bad),
                      "ValueError")
@@ -321,7 +321,7 @@ def apply_penalties(learner, check):
     check.that("returns a new tensor and leaves the input logits unchanged",
                lambda: unchanged("apply_penalties", [2.0, -1.0, 0.5, 1.0], [0, 0, 1], frequency_penalty=0.5,
                                  presence_penalty=0.4, repetition_penalty=2.0),
-               lambda ok: ok is True, "build a new tensor; do not modify the logits you were given")
+               lambda ok: ok is True, "build a new tensor; do not modify the logits you were given", edge=True)
     for bad in (0.0, -1.0):
         check.raises(f"repetition_penalty <= 0 raises ValueError (repetition={bad:g})",
                      lambda: f(torch.zeros(3), [0], repetition_penalty=bad), "ValueError")
@@ -469,7 +469,7 @@ def sample_token(learner, check):
                     f"({_n(len(probs), 'token')}, {_n(n, 'seeded draw')})", _item(0, replay), tokens)
         if index in (0, 1, len(cases) - 1):
             check.that(f"each draw is returned as a Python int ({rule})", _item(1, replay),
-                       lambda ok: ok is True, "return int(...), not a tensor or a NumPy number")
+                       lambda ok: ok is True, "return int(...), not a tensor or a NumPy number", edge=True)
             check.equal(f"each call draws exactly one uniform from the generator ({rule})", _item(2, replay),
                         uniforms[n])
     float32 = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float32)

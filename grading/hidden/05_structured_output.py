@@ -256,7 +256,7 @@ def constrained_sample(learner, check):
                     _item(0, replay), [_greedy(logits, allowed)] * 3)
         if case < 3:
             check.equal(f"greedy (T = 0) draws nothing from the generator (case {case})", _item(2, replay),
-                        _uniforms(seed, 1)[0])
+                        _uniforms(seed, 1)[0], edge=True)
     check.equal("greedy with negative logits: a banned token gets -inf, not 0",
                 lambda: run([-3.0, -8.0, -9.0, -1.0], [False, True, True, False], {"temperature": 0}, 0, 2)[0], [1, 1])
     check.equal("a banned token gets -inf, not 0 (T = 1, 200 draws never pick it)",
@@ -285,7 +285,7 @@ def constrained_sample(learner, check):
                     f"(random case {case}, {_n(len(expected), 'draw')})", _item(0, replay), expected)
         if case < 3:
             check.that(f"each draw is returned as a Python int (case {case})", _item(1, replay),
-                       lambda ok: ok is True, "return int(...), not a tensor")
+                       lambda ok: ok is True, "return int(...), not a tensor", edge=True)
             check.equal(f"each call at T > 0 draws exactly one uniform from the generator (case {case})",
                         _item(2, replay), _uniforms(seed, len(expected) + 1)[-1])
     check.raises("no allowed token at all raises ValueError", lambda: run([1.0, 2.0], [False, False],
@@ -516,7 +516,7 @@ def retry_until_valid(learner, check):
         if len(seen) > 1:
             check.equal(f"{label}: each attempt sees the rejected replies (assistant) and their bounded errors (user)",
                         _item(1, replay), seen)
-        check.equal(f"{label}: the caller's messages are left unchanged", _item(2, replay), True)
+        check.equal(f"{label}: the caller's messages are left unchanged", _item(2, replay), True, edge=True)
     check.raises("an error other than ValueError propagates (a validator bug is not a bad reply)",
                  lambda: run(["{}"], ask, 2, "bug"), "TypeError")
     for bad in (-1, -3):

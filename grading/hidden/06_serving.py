@@ -73,7 +73,7 @@ def stream_metrics(learner, check):
             check.equal(itl_rule, _item("itl", replay), [])
         if expected["tpot"] is None:
             check.that(f"TPOT is None with fewer than 2 tokens ({shown})", _item("tpot", replay), _is_none,
-                       "there is no second token to time: return None")
+                       "there is no second token to time: return None", edge=True)
         else:
             check.close(f"TPOT = (latency - TTFT) / (output_tokens - 1) ({shown})", _item("tpot", replay),
                         expected["tpot"], atol=1e-9)
@@ -577,7 +577,7 @@ def accept_or_resample(learner, check):
             check.equal(f"each round draws k uniforms and then exactly one more, even after an early rejection ({shown})",
                         _item(2, replay), following)
             check.that(f"returns a list of Python ints ({shown})", _item(1, replay), lambda ok: ok is True,
-                       "return [int(t) for t in ...], a list, not a tensor")
+                       "return [int(t) for t in ...], a list, not a tensor", edge=True)
     # The distribution the rule promises: draft tokens drawn here from a poor draft, 4,000 rounds.
     p = [[0.05, 0.10, 0.45, 0.30, 0.10], [0.40, 0.05, 0.05, 0.25, 0.25], [0.2, 0.2, 0.2, 0.2, 0.2]]
     q = [[0.45, 0.35, 0.05, 0.10, 0.05], [0.05, 0.50, 0.30, 0.05, 0.10]]

@@ -48,12 +48,13 @@ def guarantee_owners(learner, check):
     replay = Once(learner.script(OWNERS_SCRIPT, "_capstone_owners"))
     check.that("guarantee_owners has exactly one entry per key of GUARANTEES", replay,
                lambda owners: isinstance(owners, dict) and set(owners) == set(OWNERS),
-               "give every key of GUARANTEES an owner, and add no other key")
+               "give every key of GUARANTEES an owner, and add no other key", edge=True)
     check.that("every owner is one of COMPONENTS, spelt exactly", replay,
                lambda owners: all(owner in COMPONENTS for owner in owners.values()),
-               f"choose each owner from {', '.join(COMPONENTS)}")
+               f"choose each owner from {', '.join(COMPONENTS)}", edge=True)
     check.that("the model owns no guarantee", replay,
-               lambda owners: "model" not in owners.values(), "the model is the component allowed to be wrong")
+               lambda owners: "model" not in owners.values(), "the model is the component allowed to be wrong",
+               edge=True)
     for key, (_, rule) in OWNERS.items():
         check.equal(f"the owner of {key}: {rule}", _item(key, replay), OWNERS[key][0])
 

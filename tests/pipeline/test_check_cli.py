@@ -25,6 +25,8 @@ def test_full_check_runs_the_hidden_tests_out_of_process():
     result = course("check", "--full", "grading/source/00_orientation/00_orientation.ipynb")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("hidden tests: ✓ all pass") == 2, result.stdout
+    assert "hidden tests: ✓ all pass (3 of 3 points)" in result.stdout
+    assert "Hidden tests: 5 of 5 points as the grader scores them (partial credit: " in result.stdout
 
 
 def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(tmp_path):
@@ -43,6 +45,11 @@ def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(
     full = course("check", "--full", str(path))
     assert full.returncode == 1
     assert "✗" in full.stdout and "tie for the top" in full.stdout, full.stdout
+    # One rule broken out of many: partial credit, the same the grader would give.
+    import re
+
+    earned = re.search(r"tie for the top.*\(([\d.]+) of 3 points\)", full.stdout)
+    assert earned and 0 < float(earned.group(1)) < 3, full.stdout
 
 
 def test_full_check_needs_a_notebook_named_after_its_assignment(tmp_path):

@@ -12,7 +12,9 @@ import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_lib.pipeline.grade import GradeOptions, grade
+from course_lib.pipeline.hidden import ALL_OR_NOTHING, PARTIAL, RULES, partial_score
 from course_lib.pipeline.release import release
+from tests.hidden import attack
 from tests.pipeline import hostile
 from tests.pipeline import submissions as S
 from tests.pipeline.conftest import ASSIGNMENTS, copy_course
@@ -45,15 +47,26 @@ def shown(row) -> str:
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_solutions_earn_full_marks_and_a_blank_notebook_earns_zero(scratch_course, name):
+def test_solutions_earn_full_marks_while_blank_and_delegating_answers_earn_zero(scratch_course, name):
+    """Graded beside the solutions: a blank notebook, and the generated attack of
+    tests/hidden/attack.py (each answer only imports a callable that would answer it, were it
+    reachable), which must score 0 in the real sandbox."""
     release(scratch_course, [name])
     source, released = load(scratch_course, name)
     submit(scratch_course, name, "solutions", S.correct(source))
     submit(scratch_course, name, "blank", S.blank(released))
+    attacks = attack.delegating_submissions(name)
+    for index, code_by_exercise in enumerate(attacks):
+        submit(scratch_course, name, f"delegates{index}", S.replace_answers(released, code_by_exercise))
     results = {g.student: g for g in grade(scratch_course, name, GradeOptions(jobs=2))}
+    for index, code_by_exercise in enumerate(attacks):
+        result = results[f"delegates{index}"]
+        assert (result.status, result.score) == ("graded", 0), (result.reason, result.score, code_by_exercise)
     solutions, blank = results["solutions"], results["blank"]
     assert solutions.status == "graded", solutions.reason
-    assert solutions.score == solutions.max_score > 0, (
+    by_hand = sum(c.metadata["nbgrader"]["points"] for c in source.cells  # written answers: pending
+                  if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade"))
+    assert solutions.score == solutions.max_score - by_hand > 0, (
         (scratch_course.autograded / "solutions" / name / f"{name}.ipynb").read_text()[-3000:])
     assert blank.status == "graded" and blank.score == 0, blank.reason
 
@@ -186,6 +199,62 @@ def test_feedback_shows_each_hidden_check_but_never_its_code(graded_together):
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
     assert "✗ the worked example" in text and "✓ an empty message still pays the per-message overhead" in text
     assert not [line for line in code_lines if line in text]
+    # Every check with its share of the points, each exercise's score, and the rule in one line.
+    assert "Hidden tests: 0 of 3 points" in text and "Hidden tests: 2 of 2 points" in text
+    assert "✗ the worked example (3 logits, T=0.7): " in text and "(0.1 of 3 points)" in text
+    assert "(error path, 0.1 of 3 points)" in text and f"Rule: {RULES[PARTIAL]}." in text
+
+
+PARTLY_RIGHT_SOFTMAX = """def softmax_with_temperature(logits, temperature=1.0):
+    import numpy as np  # right but for T = 0 with a tie: all the mass goes to the first top logit
+    z = np.asarray(logits, dtype=np.float64)
+    if temperature < 0:
+        raise ValueError("the temperature must be 0 or more")
+    if temperature == 0:
+        return np.eye(len(z))[int(np.argmax(z))]
+    w = np.exp((z - z.max()) / temperature)
+    return w / w.sum()
+"""
+
+
+def _partly_right_in_process() -> float:
+    """The softmax exercise's partial score for PARTLY_RIGHT_SOFTMAX, from the hidden test run here."""
+    from tests.hidden.conftest import verdict
+
+    namespace = {}
+    exec(PARTLY_RIGHT_SOFTMAX, namespace)
+    checks = verdict(A, "softmax_with_temperature", softmax_with_temperature=namespace["softmax_with_temperature"])
+    return partial_score(checks, 3)
+
+
+@pytest.mark.slow
+def test_partial_credit_reaches_the_gradebook_the_csv_and_the_feedback(scratch_course):
+    """One exercise right but for one rule earns most of its points; --scoring all-or-nothing, none."""
+    import html as html_lib
+    import re
+
+    expected = _partly_right_in_process()
+    assert 0 < expected < 3
+    release(scratch_course, [A])
+    source, released = load(scratch_course, A)
+    submit(scratch_course, A, "partly", S.with_answer(released, source, "softmax_with_temperature",
+                                                      PARTLY_RIGHT_SOFTMAX))
+    db = f"sqlite:///{scratch_course.grading / 'gradebook.db'}"
+    for scoring, softmax in ((PARTIAL, expected), (ALL_OR_NOTHING, 0.0)):
+        result, rows = run_grade(scratch_course, "--jobs", "1", "--scoring", scoring)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[1] == f"scoring: {RULES[scoring]}"
+        assert (rows["partly"]["score"], rows["partly"]["max_score"]) == (f"{2 + softmax:g}", "5"), shown(rows["partly"])
+        with Gradebook(db) as gb:
+            cell = gb.find_grade("softmax_with_temperature-tests", A, A, "partly")
+            assert (cell.auto_score, cell.max_score) == (softmax, 3)
+            assert gb.find_submission(A, "partly").score == pytest.approx(2 + softmax)
+        page = (scratch_course.feedback / "partly" / A / f"{A}.html").read_text(encoding="utf-8")
+        text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
+        assert f"Hidden tests: {softmax:g} of 3 points" in text and f"Rule: {RULES[scoring]}." in text
+        assert "✗ T = 0 with a tie for the top" in text
+        if scoring == PARTIAL:
+            assert "✓ the worked example (3 logits, T=0.7) (0.1 of 3 points)" in text
 
 
 def test_a_failed_regrade_removes_the_earlier_grade(scratch_course):
