@@ -27,7 +27,11 @@ c.OverwriteCells.add_missing_cells = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
-# Written answers keep their rubric in the locked question cell above them, between mark-scheme
-# markers: stripped from the learner's copy, restored for formgrader and the feedback. nbgrader
-# accepts mark schemes only in task cells unless told otherwise (see pipeline/authoring.py).
+# A written answer's rubric sits in its question cell, a locked markdown cell (authoring.py),
+# between nbgrader's mark-scheme markers. nbgrader records that cell, rubric included, in the
+# gradebook before ClearMarkScheme strips the rubric from the learner's copy, and restores it at
+# autograding, so formgrader shows it above the answer. ClearMarkScheme would insist on a
+# "manually graded task" cell instead, but a task carries a grade of its own that always waits
+# for the grader (a second score box per question); the authoring rules keep every rubric in
+# such a locked, recorded cell, which is what that check protects.
 c.ClearMarkScheme.enforce_metadata = False

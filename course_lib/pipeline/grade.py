@@ -34,6 +34,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.utils import parse_utc
 
+from course_lib.pipeline import manual_grades
 from course_lib.pipeline.grade_worker import RESULT
 from course_lib.pipeline.hidden import PARTIAL, RULES, SCORING
 from course_lib.pipeline.learner import GRADE_CELL_TIMEOUT, GRADE_NOTEBOOK_TIMEOUT
@@ -335,6 +336,7 @@ def grade(paths: CoursePaths, assignment: str, options: GradeOptions = GradeOpti
     generate(paths, assignment)  # the gradebook must hold the current source cells
     results: dict[str, StudentGrade] = {}
     runnable = []
+    by_hand = {student: manual_grades.keep(paths, assignment, student) for student in students}
     for student in students:
         _forget(paths, assignment, student)
         reason = precheck(paths, assignment, student)
@@ -347,6 +349,11 @@ def grade(paths: CoursePaths, assignment: str, options: GradeOptions = GradeOpti
     for student in students:
         if results[student].status == "FAILED":
             _forget(paths, assignment, student)
+    for student in graded:
+        kept = manual_grades.restore(paths, assignment, student, by_hand[student])
+        if kept:
+            results[student].reason = "; ".join(filter(None, [
+                results[student].reason, f"kept {kept} grade(s) given by hand (their answers are unchanged)"]))
     if graded:
         run_nbgrader(paths.grading, "generate_feedback", assignment, "--force", "--log-level=WARN")
         _record_scores(paths, assignment, [results[s] for s in graded])

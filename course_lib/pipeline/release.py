@@ -44,14 +44,6 @@ def resolve_assignments(paths: CoursePaths, names: list[str] | None) -> list[str
 
 
 GRADEBOOK_CONFLICT = "Cannot add or remove cells"
-# A written answer's rubric sits in its question cell, a locked markdown cell (authoring.py),
-# between nbgrader's mark-scheme markers. nbgrader records that cell, rubric included, in the
-# gradebook before ClearMarkScheme strips the rubric from the learner's copy, and restores it at
-# autograding, so formgrader shows it above the answer. ClearMarkScheme would insist on a
-# "manually graded task" cell instead, but a task carries a grade of its own that always waits
-# for the grader (a second score box per question); the authoring rules keep every rubric in
-# such a locked, recorded cell, which is what that check protects.
-MARK_SCHEME_IN_LOCKED_CELLS = ("--ClearMarkScheme.enforce_metadata=False",)
 
 
 def generate(paths: CoursePaths, name: str, *, gradebook: Path | None = None) -> Path:
@@ -62,8 +54,7 @@ def generate(paths: CoursePaths, name: str, *, gradebook: Path | None = None) ->
     """
     db = ["--db", f"sqlite:///{gradebook}"] if gradebook else []
     try:
-        run_nbgrader(paths.grading, "generate_assignment", name, "--force", "--log-level=WARN", *db,
-                     *MARK_SCHEME_IN_LOCKED_CELLS)
+        run_nbgrader(paths.grading, "generate_assignment", name, "--force", "--log-level=WARN", *db)
     except NbgraderFailed as exc:
         if GRADEBOOK_CONFLICT in str(exc):
             raise NbgraderFailed(

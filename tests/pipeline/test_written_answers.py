@@ -251,8 +251,37 @@ def test_a_manual_grade_adds_to_the_automatic_points(graded, tmp_path):
 
 @pytest.mark.slow
 def test_nbgrader_alone_would_refuse_a_rubric_outside_a_task_cell(graded, tmp_path):
-    """Why release passes --ClearMarkScheme.enforce_metadata=False (see release.py)."""
+    """Why grading/nbgrader_config.py sets ClearMarkScheme.enforce_metadata = False."""
     paths, _, _ = graded
     with pytest.raises(NbgraderFailed, match="Mark scheme region detected in a non-grade cell"):
         run_nbgrader(paths.grading, "generate_assignment", A, "--force", "--log-level=WARN",
-                     "--db", f"sqlite:///{tmp_path / 'gradebook.db'}")
+                     "--db", f"sqlite:///{tmp_path / 'gradebook.db'}", "--ClearMarkScheme.enforce_metadata=True")
+
+
+@pytest.mark.slow
+def test_grading_again_keeps_hand_grades_whose_answer_is_unchanged(graded):
+    """Runs last: it grades the module's course again. The writer is given a score and a comment
+    on every written answer, then edits one answer and is graded again: the edited one waits
+    for the grader once more, the others keep what was given."""
+    paths, _, _ = graded
+    names = sorted(name for name in grades(paths, "writer") if name.startswith("written-"))
+    with Gradebook(f"sqlite:///{paths.grading / 'gradebook.db'}") as gb:
+        for name in names:
+            entry = gb.find_grade(name, A, A, "writer")
+            entry.manual_score, entry.needs_manual_grade = 1.5, False
+            gb.find_comment(name, A, A, "writer").manual_comment = f"comment on {name}"
+        gb.db.commit()
+    submitted = paths.submitted / "writer" / A / f"{A}.ipynb"
+    nb = nbformat.read(submitted, as_version=4)
+    edited = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == names[0])
+    edited.source = "A longer, second try at this answer."
+    S.write(nb, submitted)
+
+    results = {g.student: g for g in grade(paths, A, GradeOptions(jobs=2))}
+    assert f"kept {len(names) - 1} grade(s) given by hand" in results["writer"].reason
+    rows = grades(paths, "writer")
+    assert rows[names[0]][1] is None and rows[names[0]][3]  # an edited answer is graded afresh
+    with Gradebook(f"sqlite:///{paths.grading / 'gradebook.db'}") as gb:
+        for name in names[1:]:
+            assert (rows[name][1], rows[name][3]) == (1.5, False)
+            assert gb.find_comment(name, A, A, "writer").manual_comment == f"comment on {name}"
