@@ -310,3 +310,38 @@ def delegation(trial: Trial) -> str:
     if trial.by_name:
         return f"from {module} import {name} as _target\n\n\n" + forwarding_source(trial.answer, "_target")
     return f"from {module} import {name} as {trial.answer.name}\n"
+
+
+# Values that claim to equal anything: they must not cross the plain-data boundary as such.
+ANYTHING = '''class _Anything(float):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __abs__(self): return _Anything(0.0)
+    def __sub__(self, other): return _Anything(0.0)
+    __rsub__ = __sub__
+    __hash__ = float.__hash__
+
+
+class _AnythingAtAll:
+    def __init__(self, *args, **kwargs): pass
+    def __getattr__(self, name): return lambda *args, **kwargs: _Anything(0.0)
+'''
+
+
+def equal_to_anything(notebook: str) -> dict[str, str]:
+    """Answer-cell code by exercise: every function returns a value equal to anything, every
+    class is one whose methods all do (the same hostile kind on every notebook)."""
+    from tests.hidden.conftest import notebook_exercises
+
+    code = {}
+    for exercise in notebook_exercises(notebook):
+        parts = [ANYTHING]
+        for answer in solution_answers(notebook, exercise):
+            if answer.kind == "function":
+                parts.append(f"def {answer.name}(*args, **kwargs):\n    return _Anything(0.0)\n")
+            elif answer.kind == "class":
+                parts.append(f"{answer.name} = _AnythingAtAll\n")
+            else:
+                parts.append(f"{answer.name} = _Anything(0.0)\n")
+        code[exercise] = "\n".join(parts)
+    return code

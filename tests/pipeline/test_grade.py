@@ -48,20 +48,22 @@ def shown(row) -> str:
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_solutions_earn_full_marks_while_blank_and_delegating_answers_earn_zero(scratch_course, name):
-    """Graded beside the solutions: a blank notebook, and the generated attack of
+    """Graded beside the solutions: a blank notebook, the generated attack of
     tests/hidden/attack.py (each answer only imports a callable that would answer it, were it
-    reachable), which must score 0 in the real sandbox."""
+    reachable) and answers that return values equal to anything, which must all score 0 in
+    the real sandbox."""
     release(scratch_course, [name])
     source, released = load(scratch_course, name)
     submit(scratch_course, name, "solutions", S.correct(source))
     submit(scratch_course, name, "blank", S.blank(released))
-    attacks = attack.delegating_submissions(name)
-    for index, code_by_exercise in enumerate(attacks):
-        submit(scratch_course, name, f"delegates{index}", S.replace_answers(released, code_by_exercise))
+    attacks = {f"delegates{index}": code for index, code in enumerate(attack.delegating_submissions(name))}
+    attacks["equal_to_anything"] = attack.equal_to_anything(name)
+    for student, code_by_exercise in attacks.items():
+        submit(scratch_course, name, student, S.replace_answers(released, code_by_exercise))
     results = {g.student: g for g in grade(scratch_course, name, GradeOptions(jobs=2))}
-    for index, code_by_exercise in enumerate(attacks):
-        result = results[f"delegates{index}"]
-        assert (result.status, result.score) == ("graded", 0), (result.reason, result.score, code_by_exercise)
+    for student, code_by_exercise in attacks.items():
+        result = results[student]
+        assert (result.status, result.score) == ("graded", 0), (student, result.reason, result.score, code_by_exercise)
     solutions, blank = results["solutions"], results["blank"]
     assert solutions.status == "graded", solutions.reason
     by_hand = sum(c.metadata["nbgrader"]["points"] for c in source.cells  # written answers: pending
