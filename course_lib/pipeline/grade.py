@@ -388,6 +388,10 @@ def _record_scores(paths: CoursePaths, assignment: str, grades: list[StudentGrad
             g.seconds_late = float(submission.total_seconds_late)
             if g.seconds_late > 0:
                 g.reason = "; ".join(filter(None, [g.reason, late_note(g.seconds_late, g.late_penalty, raw)]))
+            pending = sum(grade.max_score for notebook in submission.notebooks for grade in notebook.grades
+                          if grade.needs_manual_grade)
+            if pending:  # written answers: the score above leaves them out until they are graded
+                g.reason = "; ".join(filter(None, [g.reason, f"{pending:g} points wait for grading by hand"]))
 
 
 def write_csv(path: Path, grades: list[StudentGrade]) -> None:

@@ -200,6 +200,7 @@ def test_the_solutions_earn_every_automatic_point_and_wait_for_the_grader(graded
         assert (auto, manual, max_score) == ((None, None, by_hand[name]) if name in by_hand else (max_score, None, max_score))
     solutions = results["solutions"]
     assert solutions.score == solutions.max_score - sum(by_hand.values()) > 0
+    assert f"{sum(by_hand.values()):g} points wait for grading by hand" in solutions.reason
 
 
 @pytest.mark.slow
