@@ -44,6 +44,7 @@ class CheckReport:
     other_errors: list[str] = field(default_factory=list)
     fatal: str = ""  # the kernel died or a cell could not be interrupted
     scoring: str = PARTIAL  # the rule the hidden tests' points were scored by (with --full)
+    written_points: float = 0.0  # answers written in prose, which only an instructor grades
 
     @property
     def ok(self) -> bool:
@@ -92,6 +93,9 @@ def summarize(nb, path: Path) -> CheckReport:
                 report.exercises.append(ExerciseResult(name, "failed", message))
         elif error is not None and error[0] != "NotImplementedError":  # unfinished work is reported above
             report.other_errors.append(f"cell {index + 1}: {error[0]}: {error[1]}")
+        grading = meta.get("nbgrader", {})
+        if cell.cell_type == "markdown" and grading.get("grade") and grading.get("solution"):
+            report.written_points += float(grading.get("points", 0))
     return report
 
 
@@ -173,4 +177,7 @@ def format_report(report: CheckReport) -> str:
     if scored:
         lines.append(f"Hidden tests: {sum(e.earned for e in scored):g} of {sum(e.points for e in scored):g} points "
                      f"as the grader scores them ({RULES[report.scoring]}).")
+    if report.written_points:
+        lines.append(f"Written answers: {report.written_points:g} more points, graded by hand by your "
+                     "instructor (nothing here checks them).")
     return "\n".join(lines)
