@@ -42,8 +42,11 @@ def _calls_torch_sdpa(q, k, v, mask):
     previous = _sys.getprofile()
     _sys.setprofile(watch)
     try:
-        scaled_dot_product_attention(q, k, v)
-        scaled_dot_product_attention(q, k, v, mask=mask)
+        for kwargs in ({}, {"mask": mask}):
+            try:
+                scaled_dot_product_attention(q, k, v, **kwargs)
+            except Exception:  # a call torch's kernel served may still fail after it (a wrong keyword)
+                pass
     finally:
         _sys.setprofile(previous)
     return bool(seen)
@@ -67,11 +70,15 @@ def scaled_dot_product_attention(learner, check):
     g0 = torch.Generator().manual_seed(98)
     sdpa_used = learner.script(_CALLS_TORCH_SDPA, "_calls_torch_sdpa")
     q, k, v = torch.randn(2, 4, 8, generator=g0), torch.randn(2, 4, 8, generator=g0), torch.randn(2, 4, 8, generator=g0)
-    check.that("written by hand, without torch's scaled_dot_product_attention",
-               lambda: sdpa_used(q, k, v, torch.ones(4, 4, dtype=torch.bool).tril()), lambda used: used is False,
+    used = Once(lambda: sdpa_used(q, k, v, torch.ones(4, 4, dtype=torch.bool).tril()))
+    check.that("written by hand, without torch's scaled_dot_product_attention", used, lambda u: u is False,
                "write attention yourself instead of calling torch.nn.functional.scaled_dot_product_attention",
                edge=True)
-    if not check.results[-1].passed:
+    try:
+        called_torch = used() is True
+    except Exception:  # the answer failed on these inputs: the checks below say how
+        called_torch = False
+    if called_torch:
         # torch's own kernel gets every value right: it must not earn the value checks'
         # points, so the test stops here, unfinished, and the exercise scores 0.
         check.finished = False
