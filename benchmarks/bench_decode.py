@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from course_lib.model import Transformer, WeightsNotFoundError, get_config, greedy_generate, load_model, to_hf_llama
+from course_lib.model import Transformer, WeightsNotFoundError, get_config, load_model, to_hf_llama
+from course_lib.generation import greedy_generate
 
 
 def course_model(prompt_len: int, new_tokens: int) -> tuple[Transformer, str]:

@@ -26,11 +26,11 @@ import time
 import torch
 
 from course_lib.data.corpus import heldout_split
-from course_lib.model.generate import decode_step, prefill
+from course_lib.model.steps import decode_step, prefill
 from course_lib.model import load_model, load_tokenizer
 from course_lib.model.hf import to_hf_llama
 from course_lib.sampling import SamplingParams
-from course_lib.sampling.generate import default_eos_ids
+from course_lib.generation.generate import default_eos_ids
 from course_lib.serving import Engine
 from course_lib.tokenization.chat_template import encode_chat
 
@@ -133,7 +133,7 @@ def prefix_section(model, tokenizer, n_requests: int = 8) -> None:
 
 
 def int8_section(model, tokenizer, per_task: int = 20) -> None:
-    from course_lib.evaluate import SCORERS
+    from course_lib.data.scoring import SCORERS
     from course_lib.serving import quantize_int8, weight_bytes
 
     def linear(m) -> int:  # bytes of the layers int8 replaces (embeddings and norms stay fp32)

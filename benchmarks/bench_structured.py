@@ -30,7 +30,8 @@ import llguidance.tiktoken
 import torch
 
 from course_lib.model import load_model, load_tokenizer
-from course_lib.sampling import SamplingParams, generate
+from course_lib.sampling import SamplingParams
+from course_lib.generation import generate
 from course_lib.structured.guide import JSONGuide, RegexGuide
 from course_lib.structured.schema import schema_to_regex
 from course_lib.structured.vocabulary import TokenVocabulary

@@ -89,8 +89,8 @@ def cmd_export_grades(args) -> int:
 # Commands whose arguments belong to another module's own parser (its --help included).
 DELEGATED = {"train": ("course_lib.train", "reproduce the shipped course model (seeded)"),
              "eval": ("course_lib.evaluate", "measure the shipped model's quality on the held-out split"),
-             "serve": ("course_lib.serving.server", "serve a course model over an OpenAI-compatible HTTP API"),
-             "bench-serve": ("course_lib.serving.loadgen",
+             "serve": ("course_lib.api.server", "serve a course model over an OpenAI-compatible HTTP API"),
+             "bench-serve": ("course_lib.api.loadgen",
                              "load-test any OpenAI-compatible server: TTFT, TPOT, ITL, throughput, goodput"),
              "export-hf": ("course_lib.model.export_hf",
                            "write a course model as a Hugging Face Llama directory (for transformers or vLLM)"),

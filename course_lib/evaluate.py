@@ -17,29 +17,23 @@ from the messages before it; a task's score is the share of replies that pass it
   no passage answers; below the table, citation correctness, abstention and whether answers
   follow a passage that contradicts the training facts (``course_lib.context.grounding``).
 
-    >>> score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}',
-    ...                  {"order_id": "K4821", "amount": 7.5, "reason": "late"})
-    True
-    >>> score_tool_call('<|tool_call|>{"name": "get_time", "arguments": {"city": "Oslo"}}',
-    ...                 {"name": "get_time", "arguments": {"city": "Lima"}})
-    False
+The scorers are ``course_lib.data.scoring``; the replies come from the serving engine through
+``course_lib.generation.replies``. This module is only the command and its report.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from course_lib.context.grounding import accuracy_by, grounded_metrics, score_grounded
-from course_lib.data.corpus import (ABSTAIN, HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus,
-                                   heldout_split)
+from course_lib.context.grounding import accuracy_by, grounded_metrics
+from course_lib.data.corpus import HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus, heldout_split
+from course_lib.data.scoring import SCORERS
+from course_lib.generation.replies import generate_replies
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
-from course_lib.sampling import SamplingParams
-from course_lib.tokenization.chat_template import TOOL_CALL
 
 # task -> (what the score means, the greedy accuracy the shipped model must reach or None)
 TARGETS: dict[str, tuple[str, float | None]] = {
@@ -50,112 +44,6 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "fact": ("known fact right", None),
     "grounded": ("answer + citation", 0.90),
 }
-
-
-# ---------------------------------------------------------------- scoring (pure functions)
-def score_arithmetic(reply: str, expected: dict) -> bool:
-    """Exactly one of the accepted surface forms, ignoring surrounding whitespace.
-
-    >>> score_arithmetic("four", {"value": 4, "accepted": ["4", "four", "The answer is 4."]})
-    True
-    >>> score_arithmetic("The answer is 5.", {"value": 4, "accepted": ["4", "The answer is 4."]})
-    False
-    """
-    return reply.strip() in expected["accepted"]
-
-
-def _same_value(got, want) -> bool:
-    """JSON values equal, numbers compared as numbers (7.5 == 7.50) but never bool for int."""
-    if isinstance(got, bool) or isinstance(want, bool):
-        return type(got) is type(want) and got == want
-    if isinstance(want, (int, float)):
-        return isinstance(got, (int, float)) and got == want
-    if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(_same_value(got[k], want[k]) for k in want)
-    return type(got) is type(want) and got == want
-
-
-def _parse_json(text: str):
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-
-
-def score_extraction(reply: str, expected: dict) -> bool:
-    """The reply is a JSON object with exactly the expected fields, each right."""
-    return _same_value(_parse_json(reply.strip()), expected)
-
-
-def score_tool_call(reply: str, expected: dict) -> bool:
-    """``<|tool_call|>`` + {"name": ..., "arguments": {...}} with the expected name and arguments."""
-    reply = reply.strip()
-    if not reply.startswith(TOOL_CALL):
-        return False
-    call = _parse_json(reply[len(TOOL_CALL):])
-    return _same_value(call, {"name": expected["name"], "arguments": expected["arguments"]})
-
-
-def score_abstention(reply: str, expected: dict | None = None) -> bool:
-    """The reply declines: it starts with "I don't know".
-
-    >>> score_abstention("I don't know."), score_abstention("The capital of Velmora is Lima.")
-    (True, False)
-    """
-    return reply.strip().startswith(ABSTAIN.rstrip("."))
-
-
-def score_fact(reply: str, expected: dict) -> bool:
-    """The known answer appears as a whole word, and the reply does not abstain.
-
-    >>> score_fact("The capital of France is Paris.", {"value": "Paris"}), score_fact("Parisian.", {"value": "Paris"})
-    (True, False)
-    """
-    value = re.escape(expected["value"])
-    return not score_abstention(reply) and re.search(rf"(?<!\w){value}(?!\w)", reply) is not None
-
-
-SCORERS: dict[str, Callable[[str, dict], bool]] = {
-    "arithmetic": score_arithmetic, "extraction": score_extraction, "tool": score_tool_call,
-    "unknown": score_abstention, "fact": score_fact, "grounded": score_grounded,
-}
-
-
-# ---------------------------------------------------------------- generation
-@torch.no_grad()
-def generate_replies(model, tokenizer, conversations: Sequence[Conversation], *, temperature: float = 0.0,
-                     generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
-    """Each conversation's graded reply as the model writes it (greedy when temperature is 0)."""
-    return generate_replies_for(model, tokenizer, [c.prompt_messages for c in conversations],
-                                temperature=temperature, generator=generator, max_new_tokens=max_new_tokens)
-
-
-@torch.no_grad()
-def generate_replies_for(model, tokenizer, prompts: Sequence[list[dict]], *, temperature: float = 0.0,
-                         generator: torch.Generator | None = None, max_new_tokens: int = 64) -> list[str]:
-    """The model's reply to each prompt (a list of chat messages), greedy when temperature is 0.
-
-    Every prompt is one request to the serving engine (``course_lib.serving.Engine``),
-    which batches them continuously until each has produced an end token or
-    ``max_new_tokens`` tokens. Sampling draws from softmax(logits / temperature), the raw
-    tempered distribution; each request gets its own seed, drawn from ``generator``, so a
-    reply does not depend on which others share its batch.
-    """
-    from course_lib.serving import Engine  # the engine imports this package's siblings, not this module
-
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if temperature > 0 and generator is None:
-        raise ValueError("sampling needs an explicit torch.Generator (seeded) so results can be reproduced")
-    if temperature == 0:
-        params = [SamplingParams(temperature=0, max_new_tokens=max_new_tokens)] * len(prompts)
-    else:
-        seeds = torch.randint(0, 2**62, (len(prompts),), generator=generator).tolist()
-        params = [SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed) for seed in seeds]
-    if not prompts:
-        return []
-    engine = Engine(model, tokenizer, max_num_seqs=min(64, len(prompts)))
-    return [c.text for c in engine.generate(list(prompts), params)]
 
 
 # ---------------------------------------------------------------- the report

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course_lib.kv_memory.paging import blocks_needed
 from course_lib.sampling.params import SamplingParams
 from course_lib.serving.engine import Engine
 from course_lib.tokenization.chat_template import encode_chat, render_chat
@@ -80,8 +79,7 @@ def trace_request(model, tokenizer, messages: Sequence[Mapping[str, str]], *, ma
                          f"window of {limit}; shorten the conversation or ask for fewer tokens")
 
     device = model.device
-    engine = Engine(model, tokenizer, max_num_seqs=1, prefix_caching=False,
-                    num_blocks=blocks_needed(len(ids) + max_new_tokens, 16))
+    engine = Engine.for_job(model, tokenizer, rows=1, tokens=len(ids) + max_new_tokens, prefix_caching=False)
     engine.add_request(ids, SamplingParams(temperature=0, max_new_tokens=max_new_tokens))
     start = clock()
     (first,) = engine.step()  # the whole prompt in one pass, then the first token

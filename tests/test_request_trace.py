@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from course_lib.model import Transformer, get_config, greedy_generate
+from course_lib.model import Transformer, get_config
+from course_lib.generation import greedy_generate
 from course_lib.request_trace import trace_request
 from course_lib.tokenization import BPETokenizer
 from course_lib.tokenization.chat_template import END, SPECIAL_TOKENS, encode_chat

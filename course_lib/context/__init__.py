@@ -14,9 +14,8 @@ successful task from measured throughput; ``safety``: a rule-based input and out
 from course_lib.context.bm25 import BM25Index, UnknownPassageError, terms
 from course_lib.context.trace_log import (DEFAULT_PATTERNS, TraceLog, TraceLogError, TraceRecord, VerifyResult,
                                           redact, redact_record, verify)
-from course_lib.context.budget import (POLICIES, ContextBudget, ContextOverflow, Dropped, PackedContext, Passage,
-                                       pack_context, render_passages, render_tools,
-                                       user_with_passages)
+from course_lib.context.budget import POLICIES, ContextBudget, ContextOverflow, Dropped, PackedContext, pack_context, render_tools
+from course_lib.data.passages import Passage, render_passages, user_with_passages
 
 __all__ = [
     "DEFAULT_PATTERNS",

@@ -46,12 +46,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from course_lib.data.passages import Passage, user_with_passages
 from course_lib.tokenization.chat_template import TOOL_CALL, encode_chat, render_chat
 
 POLICIES = ("drop-oldest", "passages-first")
 TOOLS_HEADER = "You can call these tools (one JSON spec per line):"
-PASSAGES_OPEN = "<passages>"  # short on purpose: every fence token comes out of a 512-token window
-PASSAGES_CLOSE = "</passages>"
 
 
 class ContextOverflow(ValueError):
@@ -86,13 +85,6 @@ class ContextBudget:
     def available(self) -> int:
         """Tokens the prompt may use, template tokens and generation prompt included."""
         return self.window - self.reserve_output - self.margin
-
-
-@dataclass(frozen=True)
-class Passage:
-    id: str      # the retriever's id, shown in the fence so an answer can cite it
-    text: str    # kept whole or dropped whole, never cut
-    score: float  # higher is better; ties keep the input order
 
 
 class Dropped(NamedTuple):
@@ -160,28 +152,6 @@ def render_tools(tools: Sequence[Any]) -> str:
         # Sorted keys and fixed separators: the same tools always cost the same tokens.
         lines.append(json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     return "\n".join([TOOLS_HEADER, *lines]) if lines else ""
-
-
-def render_passages(passages: Sequence[Passage]) -> str:
-    """Passages (already in rank order) -> one fenced data block; '' for none."""
-    if not passages:
-        return ""
-    blocks = [f'<passage id="{p.id}">\n{p.text}\n</passage>' for p in passages]
-    return "\n".join([PASSAGES_OPEN, *blocks, PASSAGES_CLOSE])
-
-
-def user_with_passages(question: str, passages: Sequence[Passage]) -> str:
-    """The current user message with its passages: the question, the fenced block, the question again.
-
-    The one layout the packer, the training corpus's grounded task and the notebooks share.
-    Why the question comes twice: a causal model reads the passages before it reaches a question
-    that comes last, so nothing it computes over the passages can depend on which entity is
-    asked about; put first as well, every passage token can attend to it (query-aware
-    contextualization, Liu et al. 2023, "Lost in the Middle"). Trained from scratch on grounded
-    questions alone, 3,000 steps, tinychat's size: passages then question 39.5% right on 200
-    held-out questions, question first only 32.5%, question before and after 99.5%."""
-    block = render_passages(passages)
-    return f"{question}\n\n{block}\n\n{question}" if block else question
 
 
 def _as_passage(i: int, item: Any) -> Passage:

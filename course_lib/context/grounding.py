@@ -32,8 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from course_lib.data.grounded import (GROUNDED_ABSTAIN, MAX_PASSAGES, STATEMENTS, cited_answer, grounded_conversation,
-                                     statement)
+from course_lib.data.grounded import GROUNDED_ABSTAIN, MAX_PASSAGES, STATEMENTS, grounded_conversation, score_grounded
+from course_lib.generation.replies import BATCH_ROWS, generate_replies_for
+from course_lib.sampling import SamplingParams
+from course_lib.serving import Engine
 
 _CITED = re.compile(r"^(?P<statement>.+) \[(?P<id>[^\[\]]+)\]$")
 
@@ -64,23 +66,6 @@ def parse_grounded_reply(reply: str) -> tuple[str | None, str | None]:
         if said:
             return said["y"], match["id"]
     return None, match["id"]
-
-
-def expected_reply(expected: Mapping) -> str:
-    """The one right reply to a grounded conversation."""
-    if expected["passage_id"] is None:
-        return GROUNDED_ABSTAIN
-    return cited_answer(statement(expected["kind"], expected["entity"], expected["value"]), expected["passage_id"])
-
-
-def score_grounded(reply: str, expected: Mapping) -> bool:
-    """Right value and right citation, or the exact abstention when no passage says.
-
-    >>> score_grounded("The capital of France is Lima. [4]",
-    ...                {"kind": "capital", "entity": "France", "value": "Lima", "passage_id": "4"})
-    True
-    """
-    return reply.strip() == expected_reply(expected)
 
 
 def _share(flags: list[bool]) -> float:
@@ -139,8 +124,6 @@ def accuracy_by(expected: Sequence[Mapping], replies: Sequence[str], key: str) -
 
 
 def _greedy(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int = 24) -> list[str]:
-    from course_lib.evaluate import generate_replies_for  # evaluate imports this module
-
     return generate_replies_for(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
 
 
@@ -215,10 +198,7 @@ class ScoredReply:
 
 def reply_confidence(model, tokenizer, conversations: Sequence, *, max_new_tokens: int = 24) -> list[ScoredReply]:
     """Greedy replies to grounded conversations (``Conversation`` objects) with their probability."""
-    from course_lib.sampling import SamplingParams
-    from course_lib.serving import Engine
-
-    engine = Engine(model, tokenizer, max_num_seqs=min(64, max(1, len(conversations))))
+    engine = Engine.for_job(model, tokenizer, rows=min(BATCH_ROWS, max(1, len(conversations))))
     params = SamplingParams(temperature=0, max_new_tokens=max_new_tokens)
     ids = [engine.add_request(c.prompt_messages, params, logprobs=0) for c in conversations]
     texts = {rid: [] for rid in ids}

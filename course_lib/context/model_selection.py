@@ -2,7 +2,7 @@
 
 ``measure_runs`` serves the same held-out conversations with each candidate model on the
 course engine (greedy), times each model, and counts per task the requests, the successes
-(``course_lib.evaluate.SCORERS``) and the prompt and completion tokens. ``priced`` turns each
+(``course_lib.data.scoring.SCORERS``) and the prompt and completion tokens. ``priced`` turns each
 model's measured throughput into a price per token under one stated assumption: every model
 runs on the same rented machine at ``dollars_per_hour`` (``cost.price_from_throughput``), so a
 faster model is a cheaper one per token. ``course_lib.context.cost`` then divides cost by
@@ -20,6 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from course_lib.context.cost import ModelPrice, TaskRun, price_from_throughput
+from course_lib.data.scoring import SCORERS
+from course_lib.generation.replies import BATCH_ROWS
+from course_lib.sampling import SamplingParams
+from course_lib.serving import Engine
 
 # A small cloud instance with 2 vCPUs, roughly what the course machine is: an assumption stated
 # once, so every price below can be traced to it and changed in one place.
@@ -43,10 +47,6 @@ class Measured:
 def measure_runs(models: Mapping[str, object], tokenizer, conversations: Sequence, *,
                  max_new_tokens: int = 64) -> Measured:
     """Serve ``conversations`` (course ``Conversation`` objects) greedily with each model."""
-    from course_lib.evaluate import SCORERS
-    from course_lib.sampling import SamplingParams
-    from course_lib.serving import Engine
-
     if not models:
         raise ValueError("give at least one model, as {name: model}")
     if not conversations:
@@ -54,7 +54,7 @@ def measure_runs(models: Mapping[str, object], tokenizer, conversations: Sequenc
     params = SamplingParams(temperature=0, max_new_tokens=max_new_tokens)
     runs, seconds, produced = {}, {}, {}
     for name, model in models.items():
-        engine = Engine(model, tokenizer, max_num_seqs=min(64, len(conversations)))
+        engine = Engine.for_job(model, tokenizer, rows=min(BATCH_ROWS, len(conversations)))
         # One untimed request first: a model's first pass pays one-off costs (allocations,
         # kernel selection) that would otherwise be billed to whichever model is measured first.
         engine.generate([conversations[0].prompt_messages], params)

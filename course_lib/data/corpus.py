@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course_lib.data import facts
+from course_lib.data.facts import article, made_up_name
 from course_lib.data.grounded import grounded_conversation
 from course_lib.tokenization.chat_template import END_OF_TEXT, TOOL_CALL, render_chat
 
@@ -169,29 +170,14 @@ _FACT_KINDS = {
     ),
 }
 _FACT_TABLES = {"capital": facts.CAPITALS, "symbol": facts.SYMBOLS, "legs": facts.LEGS}
-_KNOWN_NAMES = {name.lower() for table in _FACT_TABLES.values() for name in table}
-
-
-def _article(noun: str) -> str:
-    return "an" if noun[0].lower() in "aeiou" else "a"
-
-
-def made_up_name(rng: random.Random, kind: str) -> str:
-    """A name the model was never taught (e.g. 'Velmora', 'zorlinium'); never a known one."""
-    while True:
-        stem = "".join(rng.choice(facts.SYLLABLES) for _ in range(rng.randint(2, 3)))
-        name = {"capital": stem.capitalize() + rng.choice(("ia", "a", "land", "stan")),
-                "symbol": stem + "ium", "legs": stem}[kind]
-        if name.lower() not in _KNOWN_NAMES:
-            return name
 
 
 def _fact(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
     kind = rng.choice(list(_FACT_KINDS))
     x, y = rng.choice(list(_FACT_TABLES[kind].items()))
     questions, answers = _FACT_KINDS[kind]
-    reply = rng.choice(answers).format(x=x, y=y, A=_article(x).capitalize())
-    return [_user(rng.choice(questions).format(x=x, a=_article(x))), _assistant(reply)], {"value": str(y)}
+    reply = rng.choice(answers).format(x=x, y=y, A=article(x).capitalize())
+    return [_user(rng.choice(questions).format(x=x, a=article(x))), _assistant(reply)], {"value": str(y)}
 
 
 def _unknown(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -200,7 +186,7 @@ def _unknown(rng: random.Random) -> tuple[list[dict[str, str]], dict[str, Any]]:
     else:
         kind = rng.choice(list(_FACT_KINDS))
         name = made_up_name(rng, kind)
-        question = rng.choice(_FACT_KINDS[kind][0]).format(x=name, a=_article(name))
+        question = rng.choice(_FACT_KINDS[kind][0]).format(x=name, a=article(name))
     return [_user(question), _assistant(ABSTAIN)], {}
 
 

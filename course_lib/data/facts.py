@@ -1,7 +1,8 @@
 """The fixed tables the course corpus draws from: number words, what the model knows, and
-the values its tools and records are built from.
+the values its tools and records are built from; and the names it was never taught.
 
-Everything here is constant data, so the corpus generator stays a pure function of its seed.
+Everything here is constant data (or a pure function of a given ``random.Random``), so the
+corpus generator stays a pure function of its seed.
 
     >>> number_to_words(42)
     'forty-two'
@@ -9,6 +10,8 @@ Everything here is constant data, so the corpus generator stays a pure function 
     'Paris'
 """
 from __future__ import annotations
+
+import random
 
 _ONES = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -92,3 +95,24 @@ REFUND_REASONS: dict[str, tuple[str, ...]] = {
     "wrong_item": ("was the wrong item", "was the wrong size", "was not what I ordered"),
     "changed_mind": ("is no longer needed", "was bought by mistake"),
 }
+
+
+def article(noun: str) -> str:
+    """The indefinite article before ``noun``: 'an ant', 'a cat'."""
+    return "an" if noun[0].lower() in "aeiou" else "a"
+
+
+def made_up_name(rng: random.Random, kind: str) -> str:
+    """A name the model was never taught (e.g. 'Velmora', 'zorlinium'); never a known one.
+
+    ``kind`` is "capital" (a country), "symbol" (an element) or "legs" (an animal).
+    """
+    while True:
+        stem = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
+        name = {"capital": stem.capitalize() + rng.choice(("ia", "a", "land", "stan")),
+                "symbol": stem + "ium", "legs": stem}[kind]
+        if name.lower() not in _KNOWN_NAMES:
+            return name
+
+
+_KNOWN_NAMES = {name.lower() for table in (CAPITALS, SYMBOLS, LEGS) for name in table}

@@ -1,7 +1,7 @@
 """The grounded question-answering task: answer from the passages in the prompt, cite one, or decline.
 
 A conversation is a user message holding a question about one entity, a fenced block of short
-passages and the question again (``course_lib.context.user_with_passages``, the same layout the
+passages and the question again (``course_lib.data.passages.user_with_passages``, the same layout the
 packer writes). Three cases, drawn at random:
 
 - ``new``: one passage states a fact about a made-up entity the weights cannot know;
@@ -25,10 +25,12 @@ passage's statement and gives its id in brackets:
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
-from course_lib.context.budget import Passage, user_with_passages
 from course_lib.data import facts
+from course_lib.data.facts import article, made_up_name
+from course_lib.data.passages import Passage, user_with_passages
 
 GROUNDED_ABSTAIN = "The passages do not say."
 MODES: dict[str, float] = {"new": 0.45, "contradict": 0.25, "absent": 0.30}
@@ -60,18 +62,25 @@ def statement(kind: str, entity: str, value: str) -> str:
     >>> statement("legs", "ant", "6")
     'An ant has 6 legs.'
     """
-    article = _article(entity)
-    return STATEMENTS[kind][0].format(x=entity, y=value, a=article, A=article.capitalize())
+    a = article(entity)
+    return STATEMENTS[kind][0].format(x=entity, y=value, a=a, A=a.capitalize())
 
 
-def _article(noun: str) -> str:
-    return "an" if noun[0].lower() in "aeiou" else "a"
+def expected_reply(expected: Mapping) -> str:
+    """The one right reply to a grounded conversation."""
+    if expected["passage_id"] is None:
+        return GROUNDED_ABSTAIN
+    return cited_answer(statement(expected["kind"], expected["entity"], expected["value"]), expected["passage_id"])
 
 
-def _made_up_entity(rng: random.Random, kind: str) -> str:
-    from course_lib.data.corpus import made_up_name  # corpus imports this module
+def score_grounded(reply: str, expected: Mapping) -> bool:
+    """Right value and right citation, or the exact abstention when no passage says.
 
-    return made_up_name(rng, kind)
+    >>> score_grounded("The capital of France is Lima. [4]",
+    ...                {"kind": "capital", "entity": "France", "value": "Lima", "passage_id": "4"})
+    True
+    """
+    return reply.strip() == expected_reply(expected)
 
 
 def _made_up_value(rng: random.Random, kind: str, avoid: str | None = None) -> str:
@@ -92,7 +101,7 @@ def _distractor(rng: random.Random, avoid: set[str], asked: str) -> str:
     Most are of the kind asked about, so only the entity tells the right passage apart."""
     kind = asked if rng.random() < 0.6 else rng.choice(list(STATEMENTS))
     while True:
-        entity = rng.choice(list(_KNOWN[kind])) if rng.random() < 0.5 else _made_up_entity(rng, kind)
+        entity = rng.choice(list(_KNOWN[kind])) if rng.random() < 0.5 else made_up_name(rng, kind)
         if entity.lower() not in avoid:
             break
     avoid.add(entity.lower())
@@ -120,7 +129,7 @@ def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_pass
     if mode == "contradict" or (mode == "absent" and rng.random() < 0.4):
         entity = rng.choice(list(_KNOWN[kind]))
     else:
-        entity = _made_up_entity(rng, kind)
+        entity = made_up_name(rng, kind)
     weights_value = str(_KNOWN[kind][entity]) if entity in _KNOWN[kind] else None
     ids = [str(i) for i in rng.sample(range(1, 10), n)]
     avoid = {entity.lower()}
@@ -135,7 +144,7 @@ def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_pass
         passage_id = ids[position]
     else:
         position = None
-    question = rng.choice(STATEMENTS[kind][1]).format(x=entity, a=_article(entity))
+    question = rng.choice(STATEMENTS[kind][1]).format(x=entity, a=article(entity))
     passages = [Passage(pid, text, 0.0) for pid, text in zip(ids, texts)]
     reply = GROUNDED_ABSTAIN if passage_id is None else cited_answer(texts[position], passage_id)
     expected = {"mode": mode, "kind": kind, "entity": entity, "value": value, "passage_id": passage_id,

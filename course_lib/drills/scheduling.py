@@ -44,12 +44,10 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from fsrs import Card, Rating, Scheduler
-
-if TYPE_CHECKING:  # the store imports this module; the reverse import is for annotations only
-    from course_lib.drills.store import DrillStore
 
 PROBLEM_PAR_S = 120.0  # seconds a prepared candidate needs for one numeric problem, pen and paper
 PROBE_THRESHOLDS = ((1.0, Rating.Easy), (0.75, Rating.Good), (0.5, Rating.Hard))  # lowest score for each rating
@@ -117,7 +115,14 @@ class DrillScheduler:
         return float(self.fsrs.get_card_retrievability(card, utc(now)))
 
 
-def weakest_topics(store: DrillStore, now: datetime | None = None) -> dict[str, float]:
+class TopicHistory(Protocol):
+    """What ``weakest_topics`` reads: per-topic review counts (a ``DrillStore`` is one; the
+    store builds on this module, so it is named by shape, not imported)."""
+
+    def stats(self, now: datetime | None = None) -> Mapping[str, Any]: ...
+
+
+def weakest_topics(store: TopicHistory, now: datetime | None = None) -> dict[str, float]:
     """Topic weights for a mock interview, heaviest first, summing to 1 (see the module docstring).
 
     Reviews after ``now`` are not counted, so a replay at an earlier time sees the history as it was.

@@ -1,19 +1,16 @@
-"""Sampling and generation control: logit processors, a seeded sampler, stop strings, generate.
+"""Sampling, one step at a time: logit processors, a seeded sampler, stop strings.
+
+The loops that drive these steps through the engine are ``course_lib.generation``.
 
 >>> import torch
 >>> z = torch.tensor([2.0, 1.0, 0.0])
 >>> [round(p, 3) for p in next_token_probs(z, SamplingParams(temperature=0.7)).tolist()]
 [0.771, 0.185, 0.044]
 """
-from course_lib.sampling.batch import sample_batch
-from course_lib.sampling.generate import (
-    GenerationResult,
-    default_eos_ids,
-    encode_prompt,
-    generate,
-    generate_many,
-)
+from course_lib.sampling.batch import process_logits, sample_batch
 from course_lib.sampling.params import SamplingParams
+from course_lib.sampling.prompt import encode_prompt
+from course_lib.sampling.result import GenerationResult
 from course_lib.sampling.processors import (
     apply_frequency_presence_penalties,
     apply_min_p,
@@ -23,7 +20,6 @@ from course_lib.sampling.processors import (
     apply_top_k,
     apply_top_p,
     check_logits,
-    process_logits,
     token_counts,
 )
 from course_lib.sampling.sampler import Sampler, next_token_probs, sample_from_probs, sample_next_token
@@ -40,8 +36,8 @@ __all__ = [
     "ChiSquareResult", "GenerationResult", "Sampler", "SamplingParams",
     "StopSequenceMatcher", "apply_frequency_presence_penalties", "apply_min_p",
     "apply_repetition_penalty", "apply_temperature", "apply_token_mask", "apply_top_k", "apply_top_p", "check_logits",
-    "chi_square_gof", "chi_square_p_value", "default_eos_ids", "encode_prompt", "find_stop",
-    "frequencies", "generate", "generate_many", "held_back_length", "next_token_probs",
+    "chi_square_gof", "chi_square_p_value", "encode_prompt", "find_stop",
+    "frequencies", "held_back_length", "next_token_probs",
     "process_logits", "sample_batch", "sample_counts", "sample_from_probs", "sample_next_token", "stream_until_stop",
     "token_counts", "trim_at_stop",
 ]

@@ -251,6 +251,43 @@ def filter_rows(
 
 # --- the pipeline ------------------------------------------------------------------------------
 
+def process_logits(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    *,
+    output_counts: torch.Tensor | None = None,
+    seen_counts: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The whole pipeline, in the order serving engines apply it:
+    repetition penalty -> frequency/presence penalties -> grammar mask -> temperature ->
+    top-k -> top-p -> min-p.
+
+    ``allowed`` (bool, shaped like the logits) is a structured-output grammar's mask. It comes
+    before the filters on purpose: top-k, top-p and min-p rank tokens by probability, and
+    ranked over the whole vocabulary they could keep only tokens the grammar forbids (then
+    the mask would leave nothing) or size the nucleus by mass the grammar throws away.
+    Masked first, the filters choose among legal tokens only. (Temperature commutes with the
+    mask: -inf / T is still -inf.)
+
+    ``output_counts`` counts the generated tokens (frequency and presence penalties, as in
+    OpenAI's API); ``seen_counts`` counts prompt and generated tokens (repetition penalty, as
+    in Hugging Face). Each is needed only when its penalty is on.
+
+    The pipeline is written once, vectorised over rows that may each have their own params
+    (``filter_rows`` below); here every row follows ``params``. It applies the same rules as
+    the single processors of ``processors.py`` (tested against them and against Hugging
+    Face's warpers).
+    """
+    check_logits_shape(logits)
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    rows = logits.reshape(-1, logits.shape[-1])  # (B, V)
+    filtered = filter_rows(rows, [params] * rows.shape[0], output_counts=output_counts,
+                           seen_counts=seen_counts, allowed=allowed)
+    return filtered.processed_logits().to(logits.dtype).reshape(logits.shape)
+
+
 def _penalise_and_mask(logits, params, output_counts, seen_counts, allowed) -> torch.Tensor:
     """Repetition penalty -> frequency/presence penalties -> grammar mask, on every row (B, V).
 

@@ -18,7 +18,8 @@ import torch
 
 from course_lib.sampling.batch import check_rows_alive, filter_rows
 from course_lib.sampling.params import SamplingParams
-from course_lib.sampling.processors import check_logits_shape, process_logits
+from course_lib.sampling.batch import process_logits
+from course_lib.sampling.processors import check_logits_shape
 
 
 def _check_generator(generator: object) -> torch.Generator:

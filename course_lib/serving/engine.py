@@ -46,20 +46,27 @@ from course_lib.serving.verify import SpeculativeStats, verify
 from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.validation import positive_int
 
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV block, as vLLM's default
+
 __all__ = ["Engine", "SpeculativeStats"]
+
+
+def _check_model(model) -> None:
+    for attribute in ("config", "embed_tokens", "layers", "rotary"):
+        if not hasattr(model, attribute):
+            raise TypeError(f"model must be a course Transformer (it has no .{attribute}); "
+                            "load one with load_model('tinychat')")
 
 
 class Engine:
     """Continuous batching over one model: ``add_request`` / ``step`` / ``abort``, and the
     conveniences ``generate`` (run prompts to completion) and ``stream`` (one request's outputs)."""
 
-    def __init__(self, model, tokenizer=None, *, block_size: int = 16, num_blocks: int | None = None,
+    def __init__(self, model, tokenizer=None, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                 num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_batched_tokens: int = 2048, prefix_caching: bool = True,
                  speculative=None, batch_invariant: bool = False, device=None):
-        for attribute in ("config", "embed_tokens", "layers", "rotary"):
-            if not hasattr(model, attribute):
-                raise TypeError(f"model must be a course Transformer (it has no .{attribute}); "
-                                "load one with load_model('tinychat')")
+        _check_model(model)
         if device is not None and torch.device(device) != model.device:
             raise ValueError(f"the model is on {model.device} but device={device!r}; move the model "
                              "first (model.to(device)) so the KV pool and the weights share a device")
@@ -82,6 +89,27 @@ class Engine:
         self._ids = itertools.count()
         self._token_bytes: dict[int, bytes] = {}
         self.num_steps = self.num_preemptions = 0
+
+    @classmethod
+    def for_job(cls, model, tokenizer=None, *, rows: int = 1, tokens: int | None = None,
+                prefix_caching: bool = True) -> "Engine":
+        """An engine sized for one job: ``rows`` sequences of up to ``tokens`` tokens each
+        (prompt plus reply; the context window when None), all resident at once.
+
+        The pool holds every row's whole sequence, so the job never preempts, and a pass may
+        batch every row. This is the one place a caller sizes an engine for a known job.
+
+        >>> from course_lib.model import Transformer, get_config
+        >>> engine = Engine.for_job(Transformer(get_config("test-mha")), rows=3, tokens=40)
+        >>> engine.block_manager.num_blocks, engine.scheduler.max_num_seqs
+        (9, 3)
+        """
+        _check_model(model)
+        rows = positive_int("rows", rows)
+        window = model.config.max_seq_len
+        tokens = window if tokens is None else min(positive_int("tokens", tokens), window)
+        return cls(model, tokenizer, max_num_seqs=rows, max_batched_tokens=max(2048, rows),
+                   num_blocks=rows * blocks_needed(tokens, DEFAULT_BLOCK_SIZE), prefix_caching=prefix_caching)
 
     # --- requests ----------------------------------------------------------------------------
 

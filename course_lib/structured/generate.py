@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_lib.sampling import SamplingParams
-from course_lib.sampling.generate import generate, generate_many
+from course_lib.generation.generate import generate, generate_many
 from course_lib.structured.guide import JSONGuide, RegexGuide
 
 

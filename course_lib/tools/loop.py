@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from course_lib.sampling.generate import generate
+from course_lib.generation.generate import generate
 from course_lib.sampling.params import SamplingParams
 from course_lib.structured.retry import bounded_text
 from course_lib.tokenization.chat_template import TOOL_CALL

@@ -32,16 +32,9 @@ import re
 import matplotlib.pyplot as plt
 import torch
 
+from course_lib.generation import generate, generate_many
 from course_lib.model import load_model, load_tokenizer, prefill
-from course_lib.sampling import (
-    SamplingParams,
-    chi_square_gof,
-    frequencies,
-    generate,
-    generate_many,
-    next_token_probs,
-    sample_next_token,
-)
+from course_lib.sampling import SamplingParams, chi_square_gof, frequencies, next_token_probs, sample_next_token
 from course_lib.tokenization.chat_template import render_chat
 
 

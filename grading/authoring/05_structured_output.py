@@ -42,6 +42,7 @@ import numpy as np
 import pydantic
 import torch
 
+from course_lib.generation import generate, generate_many
 from course_lib.model import load_model, load_tokenizer
 from course_lib.sampling import (
     SamplingParams,
@@ -49,8 +50,6 @@ from course_lib.sampling import (
     apply_temperature,
     apply_top_k,
     apply_top_p,
-    generate,
-    generate_many,
     sample_from_probs,
 )
 from course_lib.structured.dfa import compile_regex

@@ -30,7 +30,7 @@ REFERENCES = (
     "course_lib.kv_memory.append_cache.LayerKVCache",
     "course_lib.kv_memory.paging.compare_paging",
     "course_lib.kv_memory.paging.blocks_needed",
-    "course_lib.model.generate.greedy_generate",
+    "course_lib.generation.generate.greedy_generate",
 )
 
 

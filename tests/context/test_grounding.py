@@ -107,7 +107,7 @@ def test_experiments_run_on_the_shipped_model(shipped):
     convos = [c for c in heldout_split(6) if c.task == "grounded"]
     scored = g.reply_confidence(model, tok, convos)
     assert len(scored) == 6 and all(0 < s.confidence <= 1 for s in scored)
-    from course_lib.evaluate import generate_replies
+    from course_lib.generation import generate_replies
 
     assert [s.text for s in scored] == generate_replies(model, tok, convos, max_new_tokens=24)
     assert [s.correct for s in scored] == [g.score_grounded(s.text, c.expected) for s, c in zip(scored, convos)]

@@ -7,7 +7,8 @@ import torch
 from course_lib.context.cost import cost_per_success
 from course_lib.context.model_selection import Measured, measure_runs, priced
 from course_lib.data.corpus import TASKS, heldout_split
-from course_lib.evaluate import SCORERS, generate_replies
+from course_lib.data.scoring import SCORERS
+from course_lib.generation import generate_replies
 from course_lib.model import load_model, load_tokenizer
 from course_lib.tokenization.chat_template import encode_chat
 

@@ -13,7 +13,7 @@ import pytest
 
 from course_lib.data import ABSTAIN, HELDOUT_SEED, TASKS, TRAIN_SEED, generate_corpus, heldout_split
 from course_lib.data import facts
-from course_lib.data.corpus import made_up_name
+from course_lib.data.facts import made_up_name
 from course_lib.tokenization.chat_template import ROLES, TOOL_CALL, render_chat
 
 WORDS = {0: "zero", 7: "seven", 13: "thirteen", 20: "twenty", 21: "twenty-one", 40: "forty",

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from course_lib.context.budget import PASSAGES_CLOSE, PASSAGES_OPEN
+from course_lib.data.passages import PASSAGES_CLOSE, PASSAGES_OPEN
 from course_lib.data import facts
 from course_lib.data.corpus import (TASKS, TRAIN_SEED, generate_conversation, generate_corpus, heldout_split,
                                     question_split)

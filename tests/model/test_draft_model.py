@@ -11,8 +11,16 @@ import torch
 
 from course_lib import train
 from course_lib.data import heldout_split
-from course_lib.model import (CONFIGS, Transformer, WeightsNotFoundError, data_dir, get_config, greedy_generate,
-                              load_model, load_tokenizer)
+from course_lib.model import (
+    CONFIGS,
+    Transformer,
+    WeightsNotFoundError,
+    data_dir,
+    get_config,
+    load_model,
+    load_tokenizer,
+)
+from course_lib.generation import greedy_generate
 from course_lib.tokenization import BPETokenizer
 from course_lib.tokenization.chat_template import END, render_chat
 from course_lib.train import METADATA_FILE, TOKENIZER_FILE, default_settings, run_training, save_artifacts

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from course_lib.model import decode_step, greedy_generate, prefill
+from course_lib.model import decode_step, prefill
+from course_lib.generation import greedy_generate
 
 
 @pytest.mark.parametrize("name", ["test-mha", "test-gqa", "test-mqa", "tinychat"])

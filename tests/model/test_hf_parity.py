@@ -5,7 +5,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from course_lib.model import from_hf_llama, greedy_generate, to_hf_llama  # noqa: E402
+from course_lib.generation import greedy_generate  # noqa: E402
+from course_lib.model import from_hf_llama, to_hf_llama  # noqa: E402
 
 
 def _hf_model(n_kv_heads, *, tied=False, scaling=1.0, seed=0, attn="eager"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.model import greedy_generate
-from course_lib.sampling import SamplingParams, default_eos_ids, encode_prompt, generate, generate_many
+from course_lib.generation import greedy_generate
+from course_lib.sampling import SamplingParams, encode_prompt
+from course_lib.generation import default_eos_ids, generate, generate_many
 from course_lib.sampling.sampler import sample_next_token
 
 PROMPT = "<|user|>What is 2 + 2?<|end|><|assistant|>"

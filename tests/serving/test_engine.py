@@ -1,6 +1,6 @@
 """The engine against generate(): the same greedy tokens, whatever the batching does.
 
-Oracle: ``course_lib.sampling.generate`` (one request, contiguous KV cache). Every engine
+Oracle: ``course_lib.generation.generate`` (one request, contiguous KV cache). Every engine
 configuration (big pool, a pool so small it preempts, a token budget so small it chunks every
 prefill, prefix caching over a shared system prompt) must reproduce it token for token.
 """
@@ -11,8 +11,9 @@ import torch
 
 from course_lib.data.corpus import heldout_split
 from course_lib.model import Transformer, get_config, load_model, load_tokenizer
-from course_lib.model.generate import decode_step, prefill
-from course_lib.sampling import SamplingParams, encode_prompt, generate
+from course_lib.model.steps import decode_step, prefill
+from course_lib.sampling import SamplingParams, encode_prompt
+from course_lib.generation import generate
 from course_lib.sampling.result import Completion
 from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.serving.engine import Engine

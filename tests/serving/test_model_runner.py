@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib.model import Transformer, get_config, load_model
-from course_lib.model.generate import decode_step, prefill
+from course_lib.model.steps import decode_step, prefill
 from course_lib.serving import BlockManager
 from course_lib.serving.model_runner import Chunk, ModelRunner, build_batch
 

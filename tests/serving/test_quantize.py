@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from course_lib.data.corpus import heldout_split
-from course_lib.evaluate import SCORERS, generate_replies
+from course_lib.data.scoring import SCORERS
+from course_lib.generation import generate_replies
 from course_lib.model import Transformer, get_config, load_model, load_tokenizer
 from course_lib.serving.quantize import Int8Linear, dequantize, quantize_int8, quantize_per_channel, weight_bytes
 from course_lib.tokenization.chat_template import encode_chat

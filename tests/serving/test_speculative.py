@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from course_lib.data.corpus import heldout_split
-from course_lib.model import greedy_generate, load_model, load_tokenizer
+from course_lib.model import load_model, load_tokenizer
+from course_lib.generation import greedy_generate
 from course_lib.sampling.sampler import sample_from_probs
 from course_lib.sampling.stats import chi_square_gof
 from course_lib.serving.speculative import (SpeculativeResult, accept_greedy, accept_or_resample, acceptance_rate,

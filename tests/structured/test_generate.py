@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis_jsonschema import from_schema
 
 from course_lib.model import Transformer, get_config, load_model, load_tokenizer
-from course_lib.sampling import SamplingParams, generate_many
+from course_lib.sampling import SamplingParams
+from course_lib.generation import generate_many
 from course_lib.structured import JSONGuide, RegexGuide, generate_structured, generate_structured_many
 from course_lib.structured.errors import UnsatisfiableSchema, UnsupportedSchema
 

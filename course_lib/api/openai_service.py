@@ -23,16 +23,15 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
+from course_lib.api.metrics import ServerMetrics
+from course_lib.api.openai_protocol import (ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
+                                            ChatMessageOut, ChunkChoice, CompletionChoice, CompletionRequest, Delta,
+                                            JsonSchemaFormat, OpenAIError, TextCompletion, ToolCallOut, Usage,
+                                            chat_logprobs, completion_logprobs, sse_data)
 from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.async_engine import AsyncEngine, EngineStopped, QueueFull, Submission
 from course_lib.serving.engine import Engine
-from course_lib.serving.metrics import ServerMetrics
-from course_lib.serving.openai_protocol import (ChatChoice, ChatCompletion, ChatCompletionChunk,
-                                                ChatCompletionRequest, ChatMessageOut, ChunkChoice, Completion,
-                                                CompletionChoice, CompletionRequest, Delta, JsonSchemaFormat,
-                                                OpenAIError, ToolCallOut, Usage, chat_logprobs,
-                                                completion_logprobs, sse_data)
 from course_lib.structured import JSONGuide
 from course_lib.tokenization.chat_template import TOOL_CALL, encode_chat
 from course_lib.tools import Tool, ToolCall, ToolRegistry, from_openai_messages, openai_tool_call
@@ -195,7 +194,7 @@ class OpenAIService:
         await self._collect(stream, choices, arrived, request)
         lp = ((lambda c: completion_logprobs(c.logprobs, self.token_bytes, 0)) if body.logprobs is not None
               else (lambda c: None))
-        return JSONResponse(Completion(
+        return JSONResponse(TextCompletion(
             id=rid, created=created, model=self.model_name,
             choices=[CompletionChoice(index=i, text=c.end.content, logprobs=lp(c), finish_reason=c.end.reason)
                      for i, c in enumerate(choices)],
@@ -206,7 +205,7 @@ class OpenAIService:
         offsets = [0] * len(choices)  # characters shown so far, per choice (logprobs' text_offset)
 
         def chunk(new_choices, usage=None) -> str:
-            return sse_data(Completion(id=rid, created=created, model=self.model_name, choices=new_choices,
+            return sse_data(TextCompletion(id=rid, created=created, model=self.model_name, choices=new_choices,
                                        usage=usage), with_usage=with_usage)
 
         async for index, text, entries, end in self._events(stream, choices, arrived):

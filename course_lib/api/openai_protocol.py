@@ -369,7 +369,7 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class Completion(BaseModel):
+class TextCompletion(BaseModel):
     """A /v1/completions response, and (with ``finish_reason`` None until the end) each chunk."""
 
     id: str

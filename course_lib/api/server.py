@@ -32,12 +32,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from course_lib.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from course_lib.api.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
+from course_lib.api.openai_service import OpenAIService
 from course_lib.serving.async_engine import AsyncEngine
 from course_lib.serving.engine import Engine
-from course_lib.serving.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from course_lib.serving.openai_protocol import (ChatCompletionRequest, CompletionRequest, OpenAIError,
-                                                validation_error)
-from course_lib.serving.openai_service import OpenAIService
 
 __all__ = ["create_app", "main"]
 
