@@ -4,19 +4,18 @@ One case per rule each exercise states. The menus the exercises choose from
 (``COMPONENTS``, ``GUARANTEES``, ``STAGES``, ``FIXES``) live in ``course_lib.capstone``, which the
 notebook's setup imports, so the text and the checks cannot drift apart. The right owner of each guarantee is stored only as a
 hash, so reading this file does not give the answers away; a wrong owner is named, never
-corrected. The budget is checked against ``reference_budget``, which works the scenario with the
-drills' own formulas (``course_lib.drills.problem_formulas``); the diagnosis against
-``reference_diagnosis``, the exercise's rules written out, on generated traces of every kind.
+corrected. Expectations for the budget and the diagnosis come from ``course_lib.capstone``:
+``reference_budget`` works each scenario with the drills' own formulas, and ``reference_diagnosis``
+reads the exercise's rules as a table of data (``DIAGNOSIS_RULES``); the diagnosis is tried on
+generated traces of every kind.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import random
-from numbers import Real
 
-from course_lib.capstone import COMPONENTS, FINAL_STATES, FIXES, GUARANTEES, STAGES
+from course_lib.capstone import BUDGET_KEYS, COMPONENTS, GUARANTEES, reference_budget, reference_diagnosis
 from course_lib.checks.report import CheckFailed, expect_close, expect_equal, expect_raises
 
 # -- exercise 1: who owns each guarantee ------------------------------------------------------------
@@ -63,60 +62,6 @@ def guarantee_owners(owners) -> None:
 
 
 # -- exercise 2: the latency and cost budget ------------------------------------------------------
-SCENARIO_KEYS = ("prompt_tokens", "cached_tokens", "output_tokens", "queue_ms", "prefill_tokens_per_s", "n_params",
-                 "bytes_per_param", "kv_bytes_per_token", "bandwidth_gb_s", "bandwidth_utilization",
-                 "input_usd_per_mtok", "cached_usd_per_mtok", "output_usd_per_mtok", "requests_per_day",
-                 "ttft_slo_ms", "latency_slo_s")
-BUDGET_KEYS = ("decode_s_per_token", "latency_s", "meets_slo", "ttft_s", "usd_per_day", "usd_per_request")
-POSITIVE = ("prefill_tokens_per_s", "n_params", "bytes_per_param", "bandwidth_gb_s")
-NON_NEGATIVE = ("queue_ms", "kv_bytes_per_token", "input_usd_per_mtok", "cached_usd_per_mtok", "output_usd_per_mtok",
-                "ttft_slo_ms", "latency_slo_s")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def reference_budget(scenario: dict) -> dict:
-    """The exercise's rules, worked with the drills' formulas."""
-    from course_lib.drills.problem_formulas import decode_step_floor_s, request_cost_usd, request_latency_s, \
-        time_to_first_token_s
-
-    for key in SCENARIO_KEYS:
-        if key not in scenario:
-            raise ValueError(f"the scenario has no {key}")
-    s = scenario
-    for key in ("prompt_tokens", "output_tokens"):
-        if not _is_int(s[key]) or s[key] < 1:
-            raise ValueError(f"{key} must be an int >= 1, got {s[key]!r}")
-    if not _is_int(s["requests_per_day"]) or s["requests_per_day"] < 0:
-        raise ValueError(f"requests_per_day must be an int >= 0, got {s['requests_per_day']!r}")
-    if not _is_int(s["cached_tokens"]) or not 0 <= s["cached_tokens"] <= s["prompt_tokens"] - 1:
-        raise ValueError(f"cached_tokens must be an int from 0 to prompt_tokens - 1, got {s['cached_tokens']!r}")
-    for key in POSITIVE:
-        if not _is_number(s[key]) or s[key] <= 0:
-            raise ValueError(f"{key} must be a number > 0, got {s[key]!r}")
-    for key in NON_NEGATIVE:
-        if not _is_number(s[key]) or s[key] < 0:
-            raise ValueError(f"{key} must be a number >= 0, got {s[key]!r}")
-    if not _is_number(s["bandwidth_utilization"]) or not 0 < s["bandwidth_utilization"] <= 1:
-        raise ValueError(f"bandwidth_utilization must be in (0, 1], got {s['bandwidth_utilization']!r}")
-    prompt, cached, output = s["prompt_tokens"], s["cached_tokens"], s["output_tokens"]
-    ttft = time_to_first_token_s(prompt - cached, s["prefill_tokens_per_s"], queue_s=s["queue_ms"] / 1000)
-    bytes_read = s["n_params"] * s["bytes_per_param"] + s["kv_bytes_per_token"] * (prompt + output)
-    step = decode_step_floor_s(bytes_read, s["bandwidth_gb_s"] * s["bandwidth_utilization"])
-    latency = request_latency_s(prompt - cached, output, s["prefill_tokens_per_s"], step, queue_s=s["queue_ms"] / 1000)
-    usd = request_cost_usd(prompt, output, cached_tokens=cached, input_usd_per_mtok=s["input_usd_per_mtok"],
-                           cached_usd_per_mtok=s["cached_usd_per_mtok"], output_usd_per_mtok=s["output_usd_per_mtok"])
-    return {"ttft_s": ttft, "decode_s_per_token": step, "latency_s": latency, "usd_per_request": usd,
-            "usd_per_day": usd * s["requests_per_day"],
-            "meets_slo": ttft * 1000 <= s["ttft_slo_ms"] and latency <= s["latency_slo_s"]}
-
-
 def production_scenario() -> dict:
     """The notebook's stated scenario: an 8B model in bf16 on one H100-class GPU, representative figures."""
     return {"prompt_tokens": 3_000, "cached_tokens": 2_000, "output_tokens": 300, "queue_ms": 40,
@@ -221,28 +166,6 @@ def latency_cost_budget(fn) -> None:
 
 
 # -- exercise 3: diagnosing a failing trace -------------------------------------------------------
-
-
-def reference_diagnosis(record: dict) -> dict:
-    """The exercise's rules, in their order."""
-    if record.get("final_state") not in FINAL_STATES:
-        raise ValueError(f"final_state must be one of {FINAL_STATES}, got {record.get('final_state')!r}")
-    meta, checks = record["metadata"], record["validation"]
-    if meta["tool_error"] is not None:
-        return {"stage": "tool", "fix": "none" if meta["tool_error"] == "permission_denied" else "constrain_tool_call"}
-    if meta["dropped"] and record["final_state"] != "answered":
-        return {"stage": "packing", "fix": "shrink_context"}
-    if checks.get("format") is False and record["decoding"]["temperature"] > 1.0:
-        return {"stage": "sampling", "fix": "lower_temperature"}
-    if meta["finish_reason"] == "length":
-        return {"stage": "decoding", "fix": "raise_max_tokens"}
-    if checks.get("format") is False:
-        return {"stage": "decoding", "fix": "constrain_output"}
-    if checks.get("cited_shown") is False:
-        return {"stage": "grounding", "fix": "constrain_output"}
-    if checks.get("claim_supported") is False:
-        return {"stage": "grounding", "fix": "block_unsupported"}
-    return {"stage": "none", "fix": "none"}
 
 
 TRACE_KINDS = ("answered", "abstained", "tool_ok", "permission", "bad_call", "overflow", "hot", "cut",

@@ -1,4 +1,9 @@
-"""Visible checks for notebook 04 (sampling and generation control)."""
+"""Visible checks for notebook 04 (sampling and generation control).
+
+The generate loop is compared with the course's own decode loop (``course_lib.generation.generate``:
+the serving engine); the processors and the sampler have hand-worked cases and the seeded
+uniform stream of ``torch.Generator``.
+"""
 from __future__ import annotations
 
 import math
@@ -177,42 +182,20 @@ def sample_token(fn) -> None:
 
 
 # -- the generate loop --------------------------------------------------------------------------
-def _nucleus_keep(logits: torch.Tensor, p: float) -> torch.Tensor:
-    probs = torch.softmax(logits.double(), -1)
-    ranked = probs.sort(descending=True).values
-    kept = ((ranked.cumsum(-1) - ranked) < p) & (ranked > 0)
-    return probs >= ranked[kept].min()
-
-
 def _reference_loop(model, tokenizer, prompt_ids, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
                     stop=()):
-    """The exercise's rules written out, step by step (recomputing the whole sequence each step)."""
+    """The course's own decode loop under the exercise's knobs: ``course_lib.generation.generate``,
+    which runs the serving engine (KV cache, batched sampler, one float64 uniform per sampled
+    token). Its (token ids, text, finish reason), the end token in the ids but not in the text."""
+    from course_lib.generation.generate import generate
+    from course_lib.sampling import SamplingParams
+
     end_id = tokenizer.encode("<|end|>", allowed_special="all")[0]
-    generator = torch.Generator().manual_seed(seed)
-    ids, new = list(prompt_ids), []
-    for _ in range(max_new_tokens):
-        with torch.no_grad():
-            z = model(torch.tensor([ids]))[0, -1].float()  # (V,)
-        if temperature == 0:
-            z = torch.where(torch.arange(len(z)) == z.argmax(), z, torch.tensor(-INF))
-        else:
-            z = z / temperature
-        if 0 < top_k < len(z):
-            z = z.masked_fill(z < z.topk(top_k).values[-1], -INF)
-        if top_p < 1:
-            z = z.masked_fill(~_nucleus_keep(z, top_p), -INF)
-        cdf = torch.softmax(z, -1).double().cumsum(0)
-        u = torch.rand((), generator=generator, dtype=torch.float64).item()
-        token = int(torch.searchsorted(cdf, u * cdf[-1].item(), right=True).clamp_max(len(cdf) - 1))
-        ids.append(token)
-        new.append(token)
-        if token == end_id:
-            return new, tokenizer.decode(new[:-1]), "stop"
-        text = tokenizer.decode(new)
-        starts = [text.find(s) for s in stop if s in text]
-        if starts:
-            return new, text[:min(starts)], "stop"
-    return new, tokenizer.decode(new), "length"
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
+                            stop=tuple(stop))
+    result = generate(model, tokenizer, list(prompt_ids), params, generator=torch.Generator().manual_seed(seed),
+                      eos_ids=[end_id])
+    return list(result.token_ids), result.text, result.finish_reason
 
 
 def generate_text(fn) -> None:

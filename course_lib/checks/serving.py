@@ -1,8 +1,12 @@
 """Visible checks for notebook 06 (serving): one case per rule each exercise states.
 
-The load generator's ``RequestRecord`` and the engine's int8 and speculative code serve as
-oracles where the course has them; the toy scheduler and block pool are checked against the
-small references below, written from the exercise text, and against hand-worked cases.
+Expectations come from the course's production code where it has the exercise's rule: the
+load generator's ``RequestRecord`` for the stream metrics, the engine's own ``Scheduler`` for
+the scheduler step (``reference_schedule`` runs it on the exercise's state), the speculative
+and int8 code for the last two exercises. The block pool has no production twin (the engine's
+``BlockManager`` publishes blocks after they are computed), so ``ReferencePool`` states its six
+rules as a different model from the one the exercise builds. Hand-worked cases come first;
+the hidden tests (grading/hidden/06_serving.py) use the same two references.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ METRIC_KEYS = {"ttft", "latency", "tpot", "itl"}
 
 
 def stream_metrics(fn) -> None:
-    from course_lib.serving.loadgen import RequestRecord
+    from course_lib.api.loadgen import RequestRecord
 
     def run(start, chunks, tokens, end):
         return fn(start, list(chunks), tokens, end)
@@ -73,13 +77,16 @@ ROOFLINE_KEYS = {"bytes_per_step", "flops_per_step", "intensity", "ridge", "step
 
 
 def _roofline(n_params, bytes_per_param, kv, batch, bandwidth_gb_s, peak_tflops) -> dict:
-    bandwidth, peak = bandwidth_gb_s * 1e9, peak_tflops * 1e12
-    total_bytes = n_params * bytes_per_param + batch * kv
-    flops = 2 * n_params * batch
-    memory_s, compute_s = total_bytes / bandwidth, flops / peak
-    return {"bytes_per_step": total_bytes, "flops_per_step": flops, "intensity": flops / total_bytes,
-            "ridge": peak / bandwidth, "step_s": max(memory_s, compute_s), "tokens_per_s": batch / max(memory_s, compute_s),
-            "bound": "memory" if memory_s >= compute_s else "compute"}
+    """The step's roofline from the drills' formulas (``course_lib.drills.problem_formulas``)."""
+    from course_lib.drills.problem_formulas import decode_step_floor_s, forward_flops
+
+    weights_and_kv = n_params * bytes_per_param + batch * kv
+    flops = forward_flops(n_params, tokens=batch)
+    times = {"memory": decode_step_floor_s(weights_and_kv, bandwidth_gb_s), "compute": flops / (peak_tflops * 1e12)}
+    bound = "memory" if times["memory"] >= times["compute"] else "compute"
+    return {"bytes_per_step": weights_and_kv, "flops_per_step": flops, "intensity": flops / weights_and_kv,
+            "ridge": peak_tflops * 1e12 / (bandwidth_gb_s * 1e9), "step_s": times[bound],
+            "tokens_per_s": batch / times[bound], "bound": bound}
 
 
 def decode_roofline(fn) -> None:
@@ -128,50 +135,53 @@ def _seq(rid, tokens, computed=0, outputs=0, blocks=0) -> dict:
 
 
 def reference_schedule(running, waiting, free_blocks, block_size, max_num_seqs, max_batched_tokens) -> dict:
-    """The exercise's rules written out (used for the random cases)."""
-    running, waiting = copy.deepcopy(running), copy.deepcopy(waiting)
-    budget, batch, preempted = max_batched_tokens, [], []
-    decoding = lambda s: s["outputs"] >= 1 and s["tokens"] - s["computed"] == 1  # noqa: E731
-    i = 0
-    while i < len(running):
-        seq = running[i]
-        i += 1
-        if not decoding(seq):
-            continue
-        if seq["blocks"] < -(-seq["tokens"] // block_size):
-            self_preempted = False
-            while free_blocks == 0 and not self_preempted:
-                victim = running.pop()
-                free_blocks += victim["blocks"]
-                victim["blocks"] = victim["computed"] = 0
-                waiting.insert(0, victim)
-                preempted.append(victim["id"])
-                self_preempted = victim is seq
-            if self_preempted:
-                break
-            free_blocks -= 1
-            seq["blocks"] += 1
-        batch.append([seq["id"], 1])
-        budget -= 1
-    for seq in running:
-        if budget == 0:
-            break
-        if not decoding(seq):
-            n = min(seq["tokens"] - seq["computed"], budget)
-            batch.append([seq["id"], n])
-            budget -= n
-    while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
-        need = -(-waiting[0]["tokens"] // block_size)
-        if need > free_blocks:
-            break
-        head = waiting.pop(0)
-        free_blocks -= need
-        head["blocks"] = need
-        running.append(head)
-        n = min(head["tokens"], budget)
-        batch.append([head["id"], n])
-        budget -= n
-    return {"batch": batch, "preempted": preempted, "running": running, "waiting": waiting, "free_blocks": free_blocks}
+    """One ``schedule()`` of the course's own engine scheduler (``course_lib.serving.Scheduler``), run
+    on the exercise's state and read back into its dicts: the production oracle of the three passes.
+
+    Each dict becomes a ``Sequence`` (distinct token IDs, so no prefix is shared) holding its
+    ``blocks`` in a ``BlockManager`` of ``free_blocks`` + the blocks held (+ one pinned block that
+    no step can take, so the pool is never empty). A decode whose blocks do not yet cover its
+    newest token holds slots for the others only, which is what makes the scheduler grow it.
+    """
+    from course_lib.kv_memory.paging import blocks_needed
+    from course_lib.serving.block_manager import BlockManager
+    from course_lib.serving.scheduler import Scheduler
+    from course_lib.serving.sequence import Sequence, SequenceStatus
+
+    held = sum(s["blocks"] for s in running)
+    pool = BlockManager(free_blocks + held + 1, block_size, prefix_caching=False)
+    scheduler = Scheduler(pool, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens)
+    fresh = iter(range(1 << 62))
+    pool.allocate(object(), [next(fresh)])  # the pinned block
+
+    def sequence(state):
+        seq = Sequence(state["id"], [next(fresh) for _ in range(state["tokens"] - state["outputs"])], 1 << 30)
+        seq.output_token_ids = [next(fresh) for _ in range(state["outputs"])]
+        seq.num_computed_tokens = state["computed"]
+        return seq
+
+    for state in running:
+        seq = sequence(state)
+        slots = seq.num_tokens if state["blocks"] >= blocks_needed(seq.num_tokens, block_size) else seq.num_tokens - 1
+        if blocks_needed(slots, block_size) != state["blocks"]:
+            raise ValueError(f"{state['id']!r} holds {state['blocks']} blocks, which fit neither all its tokens "
+                             "nor all but the newest")
+        pool.allocate(seq.request_id, seq.token_ids[:slots])
+        seq.status = SequenceStatus.RUNNING
+        scheduler.running.append(seq)
+    for state in waiting:
+        if state["computed"] or state["blocks"]:
+            raise ValueError(f"waiting {state['id']!r} must hold no blocks and have nothing computed")
+        scheduler.waiting.append(sequence(state))
+    step = scheduler.schedule()
+
+    def plain(seq):
+        blocks = len(pool.block_table(seq.request_id)) if seq.request_id in pool else 0
+        return {"id": seq.request_id, "tokens": seq.num_tokens, "computed": seq.num_computed_tokens,
+                "outputs": len(seq.output_token_ids), "blocks": blocks}
+    return {"batch": [[e.seq.request_id, e.num_new_tokens] for e in step.scheduled],
+            "preempted": [seq.request_id for seq in step.preempted], "running": [plain(q) for q in scheduler.running],
+            "waiting": [plain(q) for q in scheduler.waiting], "free_blocks": pool.num_free_blocks}
 
 
 def _plain_plan(plan):
@@ -293,61 +303,61 @@ def chain_hash(parent, block_tokens):
 
 
 class ReferencePool:
-    """The exercise's rules written out (used for the random sessions)."""
+    """The exercise's six rules as a different model from the one the exercise builds: nothing is
+    counted or queued as it happens, everything is derived when asked.
+
+    - A block's reference count is not kept: it is the number of live block tables that hold it.
+    - The free list is not a queue: it is the blocks nobody holds, in the order they were last
+      freed (never-used blocks first, by id); a free stamps each block that reaches no holder.
+    - The prefix cache is a list of (key, block, prefix) entries in the order they were made; a
+      lookup takes the entry with the key, and taking a block off the free list drops its entry.
+    """
 
     def __init__(self, num_blocks, block_size, hash_fn=chain_hash):
-        self.size, self.hash_fn = block_size, hash_fn
-        self.free_list, self.refs = deque(range(num_blocks)), [0] * num_blocks
-        self.cache, self.key, self.prefix, self.tables = {}, [None] * num_blocks, [None] * num_blocks, {}
+        self.blocks, self.size, self.hash_fn = range(num_blocks), block_size, hash_fn
+        self.tables, self.entries = {}, []
+        self.freed_at, self.clock = [block - num_blocks for block in self.blocks], 0
+
+    def ref_count(self, block_id):
+        return sum(block_id in table for table in self.tables.values())
+
+    def _free_list(self):
+        return sorted((b for b in self.blocks if not self.ref_count(b)), key=self.freed_at.__getitem__)
+
+    def num_free(self):
+        return len(self._free_list())
 
     def allocate(self, seq_id, token_ids):
-        tokens = list(token_ids)
+        tokens, size = list(token_ids), self.size
         if not tokens or seq_id in self.tables:
-            raise ValueError("empty prompt or a sequence that holds blocks")
-        keys, parent = [], None
-        for i in range(len(tokens) // self.size):
-            parent = self.hash_fn(parent, tuple(tokens[i * self.size:(i + 1) * self.size]))
-            keys.append(parent)
+            raise ValueError("an empty prompt, or a sequence that holds blocks")
+        keys = []  # the chained key of each full block
+        for block in (tuple(tokens[i:i + size]) for i in range(0, len(tokens) - size + 1, size)):
+            keys.append(self.hash_fn(keys[-1] if keys else None, block))
+        cached = {key: (block, prefix) for key, block, prefix in self.entries}
         hits = []
-        for i in range((len(tokens) - 1) // self.size):
-            block = self.cache.get(keys[i])
-            if block is None or self.prefix[block] != tuple(tokens[:(i + 1) * self.size]):
+        for i in range((len(tokens) - 1) // size):
+            block, prefix = cached.get(keys[i], (None, None))
+            if prefix != tuple(tokens[:(i + 1) * size]):
                 break
             hits.append(block)
-        new = -(-len(tokens) // self.size) - len(hits)
-        if new + sum(self.refs[b] == 0 for b in hits) > len(self.free_list):
-            raise RuntimeError("pool full")
-        for b in hits:
-            if self.refs[b] == 0:
-                self.free_list.remove(b)
-            self.refs[b] += 1
-        table = list(hits)
-        for _ in range(new):
-            b = self.free_list.popleft()
-            if self.key[b] is not None:
-                del self.cache[self.key[b]]
-                self.key[b] = self.prefix[b] = None
-            self.refs[b] = 1
-            table.append(b)
-        for i, k in enumerate(keys):
-            if k not in self.cache:
-                self.cache[k], self.key[table[i]], self.prefix[table[i]] = table[i], k, tuple(tokens[:(i + 1) * self.size])
-        self.tables[seq_id] = table
-        return list(table), len(hits) * self.size
+        free = self._free_list()
+        new = [b for b in free if b not in hits][:-(-len(tokens) // size) - len(hits)]
+        if len(hits) + len(new) < -(-len(tokens) // size):
+            raise RuntimeError("not enough free blocks")
+        self.entries = [entry for entry in self.entries if entry[1] not in new]
+        self.tables[seq_id] = table = hits + new
+        for i, key in enumerate(keys):
+            if key not in {entry[0] for entry in self.entries}:
+                self.entries.append((key, table[i], tuple(tokens[:(i + 1) * size])))
+        return list(table), len(hits) * size
 
     def free(self, seq_id):
         if seq_id not in self.tables:
             raise ValueError("unknown sequence")
-        for b in reversed(self.tables.pop(seq_id)):
-            self.refs[b] -= 1
-            if self.refs[b] == 0:
-                self.free_list.append(b)
-
-    def ref_count(self, block_id):
-        return self.refs[block_id]
-
-    def num_free(self):
-        return len(self.free_list)
+        for block in reversed(self.tables.pop(seq_id)):
+            if not self.ref_count(block):
+                self.freed_at[block], self.clock = self.clock, self.clock + 1
 
 
 def pool_session(cls, num_blocks, block_size, hash_fn, ops) -> list:

@@ -1,7 +1,7 @@
 """Visible checks for notebook 01 (tokenization): one case per rule each exercise states.
 
-Expectations are computed (by the definitions written out here, by the course library, or by
-tiktoken), never typed in. ``HINTS`` holds the progressive hints the notebook's ``hint()`` shows.
+Expectations are computed, never typed in: by tiktoken, by the course library's trainer and
+encoder, or (for the split characters) by UTF-8 decoding of tiktoken's token bytes. ``HINTS`` holds the progressive hints the notebook's ``hint()`` shows.
 """
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ def _with_chat_markers() -> tiktoken.Encoding:
 
 
 def _split_characters(text: str, enc) -> list[int]:
-    """The definition written out: characters whose bytes a token boundary falls strictly inside."""
-    ends, offset = set(), 0
-    for token in enc.encode_ordinary(text):
-        offset += len(enc.decode_single_token_bytes(token))
-        ends.add(offset)
-    found, start = [], 0
-    for index, char in enumerate(text):
-        end = start + len(char.encode("utf-8"))
-        if any(start < b < end for b in ends):
-            found.append(index)
-        start = end
-    return found
+    """The characters tiktoken's token boundaries cut, found by UTF-8 itself: the bytes of the
+    first k tokens decode cleanly unless the k-th boundary falls inside a character, and then the
+    decoder stops exactly at that character (its index is the length of what did decode)."""
+    pieces = enc.decode_tokens_bytes(enc.encode_ordinary(text))
+    cut, prefix = set(), b""
+    for piece in pieces[:-1]:
+        prefix += piece
+        try:
+            prefix.decode("utf-8")
+        except UnicodeDecodeError as stop:
+            cut.add(len(prefix[:stop.start].decode("utf-8")))
+    return sorted(cut)
 
 
 def get_stats(fn) -> None:

@@ -65,15 +65,16 @@ PHONE_RE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1
 Redactor = Callable[[str], str]
 
 
+# The digit sum of 2 x d for d = 0..9: what a doubled Luhn digit contributes.
+_DOUBLED_DIGIT_SUM = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
+
+
 def luhn_valid(digits: str) -> bool:
-    """The Luhn checksum every payment card number passes: ``luhn_valid("4111111111111111") -> True``."""
-    total = 0
-    for position, char in enumerate(reversed(digits)):
-        value = int(char)
-        if position % 2 == 1:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
+    """The Luhn checksum every payment card number passes: ``luhn_valid("4111111111111111") -> True``.
+
+    From the right, every second digit counts doubled (by its digit sum); the total is a multiple of 10."""
+    kept, doubled = digits[::-2], digits[-2::-2]
+    return (sum(map(int, kept)) + sum(_DOUBLED_DIGIT_SUM[int(d)] for d in doubled)) % 10 == 0
 
 
 def _is_card(number: str) -> bool:

@@ -43,15 +43,22 @@ def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     [9, 5]
     """
     first, second = pair
+    ids = ids if isinstance(ids, (list, tuple)) else list(ids)
     out: list[int] = []
-    i, n = 0, len(ids)
-    while i < n:
-        if i + 1 < n and ids[i] == first and ids[i + 1] == second:
+    start, last = 0, len(ids) - 1  # a match starts before the last position
+    while True:
+        try:  # jump to the next place the pair could start (list.index scans at C speed)
+            i = ids.index(first, start, max(last, 0))
+        except ValueError:
+            break
+        if ids[i + 1] == second:
+            out.extend(ids[start:i])
             out.append(new_id)
-            i += 2
+            start = i + 2
         else:
-            out.append(ids[i])
-            i += 1
+            out.extend(ids[start:i + 1])
+            start = i + 1
+    out.extend(ids[start:])
     return out
 
 

@@ -1,21 +1,34 @@
 """Hidden tests for 01_tokenization, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here, independently of course_lib's BPE: a textbook trainer and
-merge loop in plain Python, and tiktoken (the production library) as the oracle for encoding
-with a merge table, for plain-text encoding and for token counts. The learner's functions are
-reached only through ``learner``: a small script (``BATCH``) runs the learner's function on
-a batch of cases in their kernel and returns each case's value or exception as plain data,
-and every comparison happens here. The exercises that take a tiktoken encoding get it built
-in the kernel by that script (an encoding is not plain data).
-"""
-import functools
-import random
+Where each exercise's expectations come from (none of them is the solution's code):
 
-import regex
+- get_stats: ``collections.Counter`` over ``zip(ids, ids[1:])``.
+- merge: Python's ``str.replace`` on the IDs as code points (every occurrence, left to right,
+  no overlaps: the rule itself, done by the standard library).
+- train_bpe: the course's incremental trainer (``train_merges`` over ``count_chunks``), a
+  different algorithm from the recount loop the exercise asks for, imported here in the
+  grader's process (it is stubbed out in the learner's).
+- encode: tiktoken, the production encoder, given the same merge table.
+- decode: the merge table's bytes, joined and decoded with ``errors="replace"``.
+- chat_token_count: tiktoken's counts of each piece of the chat template.
+- split_characters: tiktoken's token bytes, each boundary placed among the characters' start
+  offsets by bisection.
+
+The learner's functions are reached only through ``learner``: a small script (``BATCH``) runs
+the learner's function on a batch of cases in their kernel and returns each case's value or
+exception as plain data, and every comparison happens here. The exercises that take a tiktoken
+encoding get it built in the kernel by that script (an encoding is not plain data).
+"""
+import bisect
+import functools
+import itertools
+import random
+from collections import Counter
 
 import course_lib.tokenization  # noqa: F401  (puts tiktoken's rank files in place: no download)
 import tiktoken
 from course_lib.pipeline.learner import LearnerRaised, LearnerRefused, LearnerUnavailable
+from course_lib.tokenization.train import count_chunks, train_merges
 
 REFERENCES = (
     "course_lib.tokenization.merge.get_pair_counts",
@@ -139,46 +152,25 @@ def _encoding(name):
     return tiktoken.get_encoding(name)
 
 
-def _split(text):
-    """The GPT-4 split pattern, as tiktoken's cl100k_base defines it."""
-    return regex.findall(tiktoken.get_encoding("cl100k_base")._pat_str, text)
-
-
 def _pair_counts(ids):
-    counts = {}
-    for i in range(len(ids) - 1):
-        key = (ids[i], ids[i + 1])
-        counts[key] = counts.get(key, 0) + 1
-    return counts
+    return dict(Counter(zip(ids, ids[1:])))
 
 
 def _merge(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+    """Python's own str.replace on the IDs as code points: it replaces every occurrence, left to
+    right and without overlaps, which is the exercise's rule word for word."""
+    assert all(0 <= i < 0xD800 for i in [*ids, *pair, new_id])  # plain code points, no surrogates
+    merged = "".join(map(chr, ids)).replace(chr(pair[0]) + chr(pair[1]), chr(new_id))
+    return [ord(c) for c in merged]
 
 
-def _textbook_bpe(text, vocab_size):
-    """The merges, in order, as (pair, new_id): recount everything after every merge."""
-    chunks = [list(c.encode("utf-8")) for c in _split(text)]
-    merges = []
-    for new_id in range(256, vocab_size):
-        counts = {}
-        for w in chunks:
-            for pair, n in _pair_counts(w).items():
-                counts[pair] = counts.get(pair, 0) + n
-        if not counts:
-            break
-        best = min(counts, key=lambda p: (-counts[p], p))
-        merges.append((best, new_id))
-        chunks = [_merge(w, best, new_id) for w in chunks]
-    return merges
+def _course_bpe(text, vocab_size):
+    """The merges, in order, as (pair, new_id), by the course's incremental trainer: each distinct
+    chunk counted once with its frequency, pair counts kept and updated only where a merge
+    touched, a heap for the best pair. A different algorithm from the exercise's recount loop,
+    run here in the grader's process (it is stubbed out in the learner's)."""
+    merges = train_merges(count_chunks(text), vocab_size - 256)
+    return [(pair, 256 + k) for k, pair in enumerate(merges)]
 
 
 def _vocab(merges):
@@ -261,13 +253,13 @@ def train_bpe(learner, check):
                "return a dict mapping each merged pair (a tuple of two IDs) to its new ID", edge=True)
     for (text, size, rule), call in zip(cases, calls):
         check.equal(f"{rule} ({len(text)} characters, vocab_size {size}): the same merges in the order learned",
-                    lambda: _items(call()), _textbook_bpe(text, size))
+                    lambda: _items(call()), _course_bpe(text, size))
     for size, call in zip(too_small, calls[len(cases):]):
         check.raises(f"vocab_size {size} (below 256) raises ValueError", call, "ValueError")
 
 
 # ----- Exercise 4 --------------------------------------------------------------------------
-# A merge table learned by the textbook trainer on a tiny corpus: the pairs, in order, from ID 256.
+# A merge table learned on a tiny corpus: the pairs, in order, from ID 256.
 LEARNED = [(97, 116), (116, 104), (32, 257), (258, 101), (184, 173), (228, 260), (32, 261), (49, 50), (263, 51),
            (32, 99), (32, 104), (265, 256), (266, 256), (32, 105), (32, 109), (32, 111), (32, 115), (39, 115),
            (52, 53), (101, 114), (114, 101), (150, 135), (155, 189), (229, 278)]
@@ -277,7 +269,7 @@ ENCODE_CORPUS = ("the theater there they're their 1234567 12345 中文国中文 
 
 def encode(learner, check):
     small = {pair: 256 + k for k, pair in enumerate(LEARNED)}
-    trained = dict(_textbook_bpe(ENCODE_CORPUS, 330))
+    trained = dict(_course_bpe(ENCODE_CORPUS, 330))
     rng = random.Random(404)
     alphabet = list("the cat sat mat her 12345 中文国 ä\n!'") + [" the", " that", " hat", "1234567", " there"]
     texts = ["", "the", " the theater", "1231234", "中中中", "THE the They're", "hello\n\n  world"]
@@ -379,18 +371,12 @@ SPLIT_TEXTS = [("", "the empty string"), ("plain ASCII words", "ASCII text"),
 
 
 def _split_characters(text, enc):
-    """Indices of the characters a token boundary falls strictly inside (tiktoken as the oracle)."""
-    ends, offset = set(), 0
-    for token in enc.encode_ordinary(text):
-        offset += len(enc.decode_single_token_bytes(token))
-        ends.add(offset)
-    found, start = [], 0
-    for index, char in enumerate(text):
-        end = start + len(char.encode("utf-8"))
-        if any(b in ends for b in range(start + 1, end)):
-            found.append(index)
-        start = end
-    return found
+    """Indices of the characters a token boundary falls strictly inside, tiktoken as the oracle of
+    the boundaries: a boundary that is not where some character starts lies inside the character
+    that starts before it (found by bisection over the characters' start offsets)."""
+    starts = list(itertools.accumulate((len(c.encode("utf-8")) for c in text), initial=0))
+    boundaries = itertools.accumulate(len(b) for b in enc.decode_tokens_bytes(enc.encode_ordinary(text)))
+    return sorted({bisect.bisect_right(starts, b) - 1 for b in boundaries if b not in set(starts)})
 
 
 def split_characters(learner, check):

@@ -1,13 +1,19 @@
 """Hidden tests for 04_sampling, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here in plain Python (math, random.Random, loops) from the exact
-float32 values sent to the learner; torch is used only to build the tensors that cross and,
-for the seeded sampler, as the oracle of the uniform stream a seeded ``torch.Generator``
-yields. The learner's functions are reached only through ``learner.function`` and
-``learner.script`` (for a generator built in the learner's kernel from a seed we send, and
-for iterating pieces as a stream, and for running the generate loop on tinychat loaded in the
-learner's kernel), which send and return plain data. The generate loop is compared with the
-grader's own loop below, on its own copy of the shipped model.
+Where each exercise's expectations come from (none of them is the solution's code):
+
+- apply_temperature, top_k_filter, top_p_filter, min_p_filter, apply_penalties, stop_at and
+  sample_token: plain Python (math, random.Random, loops over the exact float32 values sent to
+  the learner), with torch only as the oracle of the uniform stream a seeded
+  ``torch.Generator`` yields; the sampler's draws are also checked by a chi-square test.
+- generate_text: the course's own decode loop (``course_lib.generation.generate``, the serving
+  engine with its KV cache and batched sampler), run by ``course_lib.checks.sampling`` here in
+  the grader's process on its own copy of the shipped model.
+
+The learner's functions are reached only through ``learner.function`` and ``learner.script``
+(for a generator built in the learner's kernel from a seed we send, for iterating pieces as a
+stream, and for running the generate loop on tinychat loaded in the learner's kernel), which
+send and return plain data.
 """
 import math
 import random
@@ -30,11 +36,11 @@ REFERENCES = (
     "course_lib.sampling.stops.StopSequenceMatcher",
     "course_lib.sampling.stops.stream_until_stop",
     "course_lib.sampling.sampler.sample_next_token",
-    "course_lib.sampling.generate.generate",
-    "course_lib.sampling.generate.generate_many",
+    "course_lib.generation.generate.generate",
+    "course_lib.generation.generate.generate_many",
     # The pipeline the processors are assembled into answers them too (processed logits or
     # probabilities for any params), and so does the engine's per-row sampler.
-    "course_lib.sampling.processors.process_logits",
+    "course_lib.sampling.batch.process_logits",
     "course_lib.sampling.sampler.next_token_probs",
     "course_lib.sampling.batch.filter_rows",
     "course_lib.sampling.batch.sample_batch",
@@ -489,8 +495,9 @@ def sample_token(learner, check):
 
 
 # -- exercise 8 -------------------------------------------------------------------------------
-# The learner's loop runs in their kernel on tinychat loaded there; the grader's own loop runs
-# here on its own copy of the shipped model (course_lib supplies the model, never the loop).
+# The learner's loop runs in their kernel on tinychat loaded there; the expected run is the
+# course's own decode loop (the serving engine, through ``course_lib.checks.sampling``), here in
+# the grader's process on its own copy of the shipped model.
 GENERATE_SCRIPT = """
 def _generate_on_tinychat(question, knobs):
     if "_TINYCHAT_FOR_GRADING" not in globals():
@@ -504,51 +511,8 @@ def _generate_on_tinychat(question, knobs):
 """
 
 
-@torch.no_grad()
-def _last_logits(model, sequence):
-    return model(torch.tensor([sequence]))[0, -1].float()
-
-
-def _grader_loop(model, tokenizer, prompt, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=()):
-    """The exercise's five rules, written out with plain torch operations."""
-    end_token = tokenizer.special_tokens["<|end|>"]
-    twin = torch.Generator().manual_seed(seed)
-    sequence, new = list(prompt), []
-    for _ in range(max_new_tokens):
-        z = _last_logits(model, sequence)  # (V,)
-        if temperature == 0:
-            best = int(z.argmax())
-            z = torch.full_like(z, NEG_INF).index_fill(0, torch.tensor([best]), z[best].item())
-        else:
-            z = z / temperature
-        if 0 < top_k < z.shape[0]:
-            z = z.masked_fill(z < torch.sort(z, descending=True).values[top_k - 1], NEG_INF)
-        if top_p < 1:
-            probs = torch.softmax(z.double(), -1)
-            ranked = torch.sort(probs, descending=True).values
-            kept = ranked[((torch.cumsum(ranked, 0) - ranked) < top_p) & (ranked > 0)]
-            z = z.masked_fill(probs < kept.min(), NEG_INF)
-        weights = torch.softmax(z, -1).double().tolist()
-        u = torch.rand((), generator=twin, dtype=torch.float64).item()
-        total = math.fsum(weights)
-        running, token = 0.0, len(weights) - 1
-        for index, w in enumerate(weights):
-            running += w
-            if running > u * total:
-                token = index
-                break
-        sequence.append(token)
-        new.append(token)
-        if token == end_token:
-            return new, tokenizer.decode(new[:-1]), "stop"
-        text = tokenizer.decode(new)
-        starts = [text.find(s) for s in stop if s in text]
-        if starts:
-            return new, text[:min(starts)], "stop"
-    return new, tokenizer.decode(new), "length"
-
-
 def generate_text(learner, check):
+    from course_lib.checks.sampling import _reference_loop as course_loop
     from course_lib.model import load_model, load_tokenizer
     from course_lib.tokenization.chat_template import render_chat
 
@@ -575,7 +539,7 @@ def generate_text(learner, check):
     ]
     for question, knobs, rule in cases:
         prompt = tokenizer.encode(render_chat([{"role": "user", "content": question}]), allowed_special="all")
-        ids, text, reason = _grader_loop(model, tokenizer, prompt, **knobs)
+        ids, text, reason = course_loop(model, tokenizer, prompt, **knobs)
         replay = _once(lambda: run(question, knobs))
         shown = ", ".join(f"{k}={v!r}" for k, v in knobs.items())
         check.equal(f"{rule}: the token ids ({shown})", _item(0, replay), ids)

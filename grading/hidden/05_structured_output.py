@@ -1,14 +1,24 @@
 """Hidden tests for 05_structured_output, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here: plain Python for the masks, the walks, the retry loop and the
-dispatcher; torch only to build tensors and as the oracle of the uniform stream a seeded
-``torch.Generator`` yields; jsonschema as the independent judge of every constrained output.
-course_lib supplies inputs only: the shipped model and tokenizer, and (for the decode loop,
-whose input is a guide) the guide's masks, which the grader's own loop below reads. Callables
-(propose, validate, tools) and generators are built in the learner's kernel by the scripts
-below, which return plain data.
+Where each exercise's expectations come from (none of them is the solution's code):
+
+- enum_allowed_tokens: a prefix test on each token's bytes, in plain Python (``_enum``).
+- walk_token: a fold over the token's bytes with an absorbing dead state (``_walk``).
+- constrained_sample: the mask and processors with plain torch operations (``_processed``),
+  the draw placed by bisection on the cumulative sums of the seeded uniform stream.
+- constrained_decode: the course's own guided decoding (``course_lib.generation.generate``
+  with the guide, through the serving engine), run by ``course_lib.checks.structured`` in the
+  grader's process; jsonschema as the independent judge of every sampled output.
+- retry_until_valid and dispatch: the exercise's rules replayed in plain Python.
+
+torch builds tensors and is the oracle of the uniform stream a seeded ``torch.Generator``
+yields; course_lib supplies the shipped model, tokenizer and guides. Callables (propose,
+validate, tools) and generators are built in the learner's kernel by the scripts below,
+which return plain data.
 """
+import bisect
 import copy
+import functools
 import json
 import random
 
@@ -20,15 +30,15 @@ from course_lib.pipeline.hidden import Once
 from course_lib.pipeline.hidden import item as _item  # one part of a shared answer
 
 REFERENCES = (
-    "course_lib.sampling.processors.process_logits",
+    "course_lib.sampling.batch.process_logits",
     "course_lib.sampling.processors.apply_token_mask",
     "course_lib.sampling.sampler.sample_next_token",
     "course_lib.sampling.sampler.next_token_probs",
     "course_lib.sampling.batch.filter_rows",
     "course_lib.sampling.batch.sample_batch",
     "course_lib.serving.request.sample_rows",
-    "course_lib.sampling.generate.generate",
-    "course_lib.sampling.generate.generate_many",
+    "course_lib.generation.generate.generate",
+    "course_lib.generation.generate.generate_many",
     "course_lib.structured.generate.generate_structured",
     "course_lib.structured.generate.generate_structured_many",
     "course_lib.structured.retry.parse_with_retries",
@@ -117,11 +127,9 @@ def enum_allowed_tokens(learner, check):
 
 # -- exercise 2 -------------------------------------------------------------------------------
 def _walk(table, state, token):
-    for byte in token:
-        state = int(table[state][byte])
-        if state < 0:
-            return None
-    return state
+    """A fold over the token's bytes in which the dead state absorbs: once -1, always -1."""
+    final = functools.reduce(lambda s, byte: s if s < 0 else int(table[s][byte]), token, state)
+    return None if final < 0 else final
 
 
 def _walk_rule(table, state, token):
@@ -228,13 +236,10 @@ def _draws(logits, allowed, knobs, seed, n):
     z = _processed(logits, allowed, knobs.get("temperature", 1.0), knobs.get("top_k", 0), knobs.get("top_p", 1.0),
                    knobs.get("min_p", 0.0))
     cdf = torch.softmax(z.double(), -1).cumsum(0).tolist()
-    tokens = []
-    for u in _uniforms(seed, n):
-        target = u * cdf[-1]
-        if any(abs(c - target) < 1e-9 for c in cdf):
-            break
-        tokens.append(next(i for i, c in enumerate(cdf) if c > target))
-    return tokens
+    targets = [u * cdf[-1] for u in _uniforms(seed, n)]
+    callable_ = [min(abs(c - t) for c in cdf) >= 1e-9 for t in targets]
+    called = targets[:callable_.index(False)] if False in callable_ else targets
+    return [bisect.bisect_right(cdf, t) for t in called]  # the first cumulative sum above u x total
 
 
 def _greedy(logits, allowed):
@@ -337,33 +342,6 @@ def _ask(text):
     return [{"role": "user", "content": text}]
 
 
-@torch.no_grad()
-def _grader_decode(model, tokenizer, guide, messages, max_new_tokens, temperature=1.0, top_p=1.0, seed=0):
-    """The exercise's rules, step by step: full recompute, mask, T, top-p, one inverse-CDF draw."""
-    from course_lib.tokenization.chat_template import encode_chat
-
-    ids = encode_chat(tokenizer, messages)
-    twin = torch.Generator().manual_seed(seed)
-    state, new = guide.initial_state, []
-    for _ in range(max_new_tokens):
-        logits = model(torch.tensor([ids]))[0, -1].float()  # (V,)
-        allowed = guide.mask(state).tolist()
-        if temperature == 0:
-            token = _greedy(logits.tolist(), allowed)
-        else:
-            z = _processed(logits.tolist(), allowed, temperature, 0, top_p, 0.0)
-            cdf = torch.softmax(z.double(), -1).cumsum(0).tolist()
-            u = torch.rand((), generator=twin, dtype=torch.float64).item()
-            token = next((i for i, c in enumerate(cdf) if c > u * cdf[-1]), len(cdf) - 1)
-        ids.append(token)
-        new.append(token)
-        if token == guide.eos_id:
-            text = tokenizer.decode(new[:-1])
-            return {"text": text, "value": json.loads(text), "token_ids": new, "finish_reason": "stop"}
-        state = guide.next_state(state, token)
-    return {"text": tokenizer.decode(new), "value": None, "token_ids": new, "finish_reason": "length"}
-
-
 def _validates(schema):
     def ok(out):
         jsonschema.Draft202012Validator(schema).validate(json.loads(out["text"]))
@@ -372,6 +350,7 @@ def _validates(schema):
 
 
 def constrained_decode(learner, check):
+    from course_lib.checks.structured import _reference_decode as course_decode
     from course_lib.model import load_model, load_tokenizer
     from course_lib.structured.guide import JSONGuide
 
@@ -386,7 +365,7 @@ def constrained_decode(learner, check):
         ("booking", "Extract the booking fields as JSON.\nReservation for Rossi: 2 guests, Monday, 18:00."),
     ]
     for schema, text in greedy_cases:
-        expected = _grader_decode(model, tokenizer, guides[schema], _ask(text), 80, temperature=0)
+        expected = course_decode(model, tokenizer, _ask(text), guides[schema], 0, 80, 0)
         replay = Once(lambda: run(_ask(text), schemas[schema], {"temperature": 0, "max_new_tokens": 80}, 0))
         label = f"greedy on the {schema} schema ({text[:38]}...)"
         for field in ("token_ids", "text", "finish_reason", "value"):
@@ -413,9 +392,10 @@ def constrained_decode(learner, check):
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items())
         check.equal(f"seed {seed}, {shown}: the same tokens as the grader's seeded loop (one generator, one draw "
                     "per step)", lambda: run(_ask(vague), BOOKING, {**knobs, "max_new_tokens": 80}, seed)["token_ids"],
-                    _grader_decode(model, tokenizer, guides["booking"], _ask(vague), 80, seed=seed, **knobs)["token_ids"])
+                    course_decode(model, tokenizer, _ask(vague), guides["booking"], knobs["temperature"], 80, seed,
+                                  top_p=knobs.get("top_p", 1.0))["token_ids"])
     for budget in (6, 1):
-        expected = _grader_decode(model, tokenizer, guides["booking"], _ask(hot), budget, temperature=0)
+        expected = course_decode(model, tokenizer, _ask(hot), guides["booking"], 0, budget, 0)
         replay = Once(lambda: run(_ask(hot), BOOKING, {"temperature": 0, "max_new_tokens": budget}, 0))
         check.equal(f"max_new_tokens = {budget} runs out first: finish reason 'length'", _item("finish_reason", replay),
                     "length")

@@ -1,26 +1,38 @@
 """Hidden tests for 06_serving, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here from the exercise text: plain Python for the stream metrics,
-the roofline, the scheduler step and the block pool; torch only to build tensors, as the
-oracle of the uniform stream a seeded ``torch.Generator`` yields, and for float64 arithmetic.
-The speculative rule is checked twice: token for token against the rule replayed here, and
-by its output distribution (a chi-square test against the target, on draft tokens drawn
-here). The block pool and the seeded generator live in the learner's kernel, built by the
-scripts below, which return plain data.
+Where each exercise's expectations come from (none of them is the solution's code):
+
+- stream_metrics: the course's bench-serve ``RequestRecord`` (``course_lib.api.loadgen``).
+- decode_roofline: the roofline arithmetic in plain Python (``_roofline``), from the exercise text.
+- schedule_step: the course's engine ``Scheduler`` itself, run on each state by
+  ``course_lib.checks.serving.reference_schedule`` (the production oracle; imported here, in the
+  grader's process).
+- block_pool: ``course_lib.checks.serving.ReferencePool``, the six rules as a different model
+  (reference counts counted from the live tables, the free list ordered by when blocks were
+  freed, the cache a list of entries), on sessions run by ``pool_session``.
+- accept_or_resample: the rule replayed in plain Python over the same seeded uniform stream
+  (``_replay``), and the output distribution by a chi-square test against the target.
+- quantize_per_channel: per-row scales and Python's half-to-even ``round`` (``_quantize``).
+
+torch is used to build tensors, as the oracle of the uniform stream a seeded
+``torch.Generator`` yields, and for float64 arithmetic. The block pool and the seeded
+generator live in the learner's kernel, built by the scripts below, which return plain data.
 """
+import copy
 import hashlib
 import random
 from array import array
-from collections import deque
 
 import numpy as np
 import torch
 
+from course_lib.api.loadgen import RequestRecord
+from course_lib.checks.serving import ReferencePool, pool_session, reference_schedule
 from course_lib.pipeline.hidden import Once
 from course_lib.pipeline.hidden import item as _item  # one part of a shared answer
 
 REFERENCES = (
-    "course_lib.serving.loadgen.RequestRecord",
+    "course_lib.api.loadgen.RequestRecord",
     "course_lib.serving.scheduler.Scheduler",
     "course_lib.serving.block_manager.BlockManager",
     "course_lib.serving.speculative.accept_or_resample",
@@ -35,10 +47,9 @@ def _n(count, word):
 
 # -- exercise 1 -------------------------------------------------------------------------------
 def _metrics(start, chunks, tokens, end):
-    ttft = (chunks[0] if chunks else end) - start
-    latency = end - start
-    return {"ttft": ttft, "latency": latency, "tpot": (latency - ttft) / (tokens - 1) if tokens > 1 else None,
-            "itl": [b - a for a, b in zip(chunks, chunks[1:])]}
+    """What the course's own bench-serve records for the stream (``RequestRecord``)."""
+    record = RequestRecord(index=0, start=start, chunk_times=list(chunks), end=end, output_tokens=tokens)
+    return {"ttft": record.ttft, "latency": record.latency, "tpot": record.tpot, "itl": record.itls}
 
 
 def _is_none(value):
@@ -140,60 +151,6 @@ def _ceil(a, b):
     return -(-a // b)
 
 
-def _schedule(running, waiting, free, block_size, seats, budget):
-    running = [dict(s) for s in running]
-    waiting = [dict(s) for s in waiting]
-    batch, preempted = [], []
-
-    def decoding(s):
-        return s["outputs"] >= 1 and s["tokens"] - s["computed"] == 1
-
-    index = 0
-    while index < len(running):
-        seq = running[index]
-        index += 1
-        if not decoding(seq):
-            continue
-        if seq["blocks"] < _ceil(seq["tokens"], block_size):
-            stopped = False
-            while free == 0:
-                victim = running.pop()
-                free += victim["blocks"]
-                victim["blocks"] = 0
-                victim["computed"] = 0
-                waiting = [victim] + waiting
-                preempted.append(victim["id"])
-                if victim["id"] == seq["id"]:
-                    stopped = True
-                    break
-            if stopped:
-                break
-            free -= 1
-            seq["blocks"] += 1
-        batch.append([seq["id"], 1])
-        budget -= 1
-    for seq in running:
-        if budget <= 0:
-            break
-        if not decoding(seq):
-            take = min(seq["tokens"] - seq["computed"], budget)
-            batch.append([seq["id"], take])
-            budget -= take
-    while not preempted and waiting and budget > 0 and len(running) < seats:
-        head = waiting[0]
-        need = _ceil(head["tokens"], block_size)
-        if need > free:
-            break
-        waiting = waiting[1:]
-        free -= need
-        head["blocks"] = need
-        running.append(head)
-        take = min(head["tokens"], budget)
-        batch.append([head["id"], take])
-        budget -= take
-    return {"batch": batch, "preempted": preempted, "running": running, "waiting": waiting, "free_blocks": free}
-
-
 def _s(rid, tokens, computed=0, outputs=0, blocks=0):
     return {"id": rid, "tokens": tokens, "computed": computed, "outputs": outputs, "blocks": blocks}
 
@@ -266,7 +223,7 @@ def schedule_step(learner, check):
     cases = named + [(f"random state {i}: the three passes in order (decodes, prefills, admission)", _state(rng))
                      for i in range(30)]
     for label, args in cases:
-        expected = _schedule(*args)
+        expected = reference_schedule(*[copy.deepcopy(a) for a in args])
         replay = Once(lambda: _plain_plan(f([dict(s) for s in args[0]], [dict(s) for s in args[1]], *args[2:])))
         shown = (f"{_n(len(args[0]), 'running sequence')}, {len(args[1])} waiting, {args[2]} free, block size "
                  f"{args[3]}, {args[4]} seats, budget {args[5]}")
@@ -325,82 +282,8 @@ def _hash(name):
     return table[name]
 
 
-class _Pool:
-    """The exercise's rules, written out again."""
-
-    def __init__(self, num_blocks, block_size, hash_fn):
-        self.size, self.hash_fn = block_size, hash_fn
-        self.free = deque(range(num_blocks))
-        self.count = [0] * num_blocks
-        self.index = {}
-        self.meta = [None] * num_blocks  # (key, prefix) while cached
-        self.tables = {}
-
-    def allocate(self, seq_id, tokens):
-        tokens = list(tokens)
-        if not tokens:
-            raise ValueError("empty")
-        if seq_id in self.tables:
-            raise ValueError("held")
-        size = self.size
-        keys, parent = [], None
-        for i in range(len(tokens) // size):
-            parent = self.hash_fn(parent, tuple(tokens[i * size:(i + 1) * size]))
-            keys.append(parent)
-        hits = []
-        for i in range((len(tokens) - 1) // size):
-            block = self.index.get(keys[i])
-            if block is None or self.meta[block][1] != tuple(tokens[:(i + 1) * size]):
-                break
-            hits.append(block)
-        fresh = _ceil(len(tokens), size) - len(hits)
-        if fresh + len([b for b in hits if self.count[b] == 0]) > len(self.free):
-            raise RuntimeError("full")
-        for block in hits:
-            if self.count[block] == 0:
-                self.free.remove(block)
-            self.count[block] += 1
-        table = hits[:]
-        for _ in range(fresh):
-            block = self.free.popleft()
-            if self.meta[block] is not None:
-                del self.index[self.meta[block][0]]
-                self.meta[block] = None
-            self.count[block] = 1
-            table.append(block)
-        for i, key in enumerate(keys):
-            if key not in self.index:
-                self.index[key] = table[i]
-                self.meta[table[i]] = (key, tuple(tokens[:(i + 1) * size]))
-        self.tables[seq_id] = table
-        return [table[:], len(hits) * size]
-
-    def free_seq(self, seq_id):
-        if seq_id not in self.tables:
-            raise ValueError("unknown")
-        for block in reversed(self.tables.pop(seq_id)):
-            self.count[block] -= 1
-            if self.count[block] == 0:
-                self.free.append(block)
-
-
 def _expected_session(num_blocks, block_size, hash_name, ops):
-    pool = _Pool(num_blocks, block_size, _hash(hash_name))
-    out = []
-    for op in ops:
-        name, args = op[0], op[1:]
-        try:
-            if name == "allocate":
-                out.append(pool.allocate(*args))
-            elif name == "free":
-                out.append(pool.free_seq(*args))
-            elif name == "ref_count":
-                out.append(pool.count[args[0]])
-            else:
-                out.append(len(pool.free))
-        except (ValueError, RuntimeError) as exc:
-            out.append(["raised", type(exc).__name__])
-    return out
+    return pool_session(ReferencePool, num_blocks, block_size, _hash(hash_name), ops)
 
 
 def _session_ops(rng, num_blocks, alphabet):

@@ -1,17 +1,32 @@
 """Hidden tests for 07_context, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here from the exercise text: plain Python for the packer, the
-cost, the threshold and the trace log's redaction (its own regexes and Luhn) and hash chain
-(``hashlib`` and ``json``); BM25 against the ``rank_bm25`` package's ``BM25Okapi`` as the
-oracle. The learner's functions are reached only through ``learner``; one helper script
-runs in the learner's kernel to see whether ``chain_records`` changes the records it is given.
+Where each exercise's expectations come from (none of them is the solution's code):
+
+- fit_context: ``course_lib.checks.context.reference_fit``, the packing rules stated as the
+  longest fitting prefix of the ranking and suffix of the turns (not the exercise's loops).
+- bm25_scores: the ``rank_bm25`` package's ``BM25Okapi`` (``_okapi``), the production oracle.
+- abstention_threshold: the course's ``calibration.choose_threshold`` and ``apply_threshold``
+  (a sorted sweep with cumulative sums, not the exercise's scan of candidates).
+- task_cost: the course's ``cost.total_cost``, ``cost_per_request`` and ``cost_per_success``,
+  with the exercise's failure cost added to what the successes carry.
+- trace_chain: redaction from hand-worked cases and from texts whose redaction is planted
+  by construction; the chain and ``first_bad_line`` from the course's trace log itself
+  (``canonical``, ``entry_hash``, ``TraceLog``, ``verify``), on records redacted by hand.
+
+The learner's functions are reached only through ``learner``; one helper script runs in the
+learner's kernel to see whether ``chain_records`` changes the records it is given.
 """
-import hashlib
 import json
 import math
 import random
 import re
+import tempfile
+from pathlib import Path
 
+from course_lib.checks.context import reference_fit
+from course_lib.context.calibration import apply_threshold, choose_threshold
+from course_lib.context.cost import ModelPrice, TaskRun, cost_per_request, cost_per_success, total_cost
+from course_lib.context.trace_log import GENESIS, TraceLog, TraceRecord, canonical, entry_hash, verify
 from course_lib.pipeline.hidden import Once, message_of
 from course_lib.pipeline.hidden import item as _item  # one part of a shared answer
 
@@ -32,33 +47,17 @@ REFERENCES = (
     "course_lib.context.calibration.choose_threshold",
     "course_lib.context.calibration.apply_threshold",
     "course_lib.checks.context.reference_fit",
-    "course_lib.checks.context.reference_cost",
-    "course_lib.checks.context.reference_redact",
-    "course_lib.checks.context.reference_chain",
 )
 
 
 
 # -- exercise 1: the context packer -------------------------------------------------------------
 def _fit(window, reserve, margin, system, question, turns, passages):
-    budget = window - reserve - margin
-    used = system + question
-    if used > budget:
-        return None, used - budget
-    order = sorted(range(len(passages)), key=lambda i: (-passages[i][2], i))
-    kept = []
-    for i in order:
-        if used + passages[i][1] > budget:
-            break
-        kept.append(passages[i][0])
-        used += passages[i][1]
-    newest_first = []
-    for i in range(len(turns) - 1, -1, -1):
-        if used + turns[i] > budget:
-            break
-        newest_first.append(i)
-        used += turns[i]
-    return {"passages": kept, "turns": newest_first[::-1], "prompt_tokens": used, "left": budget - used}, 0
+    """(the packing, 0), or (None, tokens over the budget) when the required parts do not fit."""
+    try:
+        return reference_fit(window, reserve, margin, system, question, turns, passages), 0
+    except ValueError:
+        return None, system + question - (window - reserve - margin)
 
 
 def _as_list(value):
@@ -182,19 +181,14 @@ def bm25_scores(learner, check):
 
 # -- exercise 3: the abstention threshold -------------------------------------------------------
 def _pick(confidences, correct, target):
-    best = math.inf
-    for t in set(confidences):
-        answered = [ok for c, ok in zip(confidences, correct) if c >= t]
-        if sum(answered) / len(answered) >= target:
-            best = min(best, t)
-    return best
+    return choose_threshold(confidences, correct, target_accuracy=target)
 
 
 def _selective(confidences, correct, threshold):
-    answered = [ok for c, ok in zip(confidences, correct) if c >= threshold]
-    right = sum(answered)
-    return {"coverage": len(answered) / len(confidences), "accuracy": right / len(answered) if answered else None,
-            "answered": len(answered), "wrong_answered": len(answered) - right}
+    """apply_threshold's answer in the exercise's shape (accuracy None, not nan, when nothing is answered)."""
+    got = apply_threshold(confidences, correct, threshold)
+    return {"coverage": got.coverage, "accuracy": got.accuracy_answered if got.answered else None,
+            "answered": got.answered, "wrong_answered": got.wrong_answered}
 
 
 def _is_inf(value):
@@ -273,9 +267,12 @@ def abstention_threshold(learner, check):
 
 # -- exercise 4: cost per success -----------------------------------------------------------------
 def _cost(requests, successes, prompt_tokens, completion_tokens, input_price, output_price, failure_cost=0.0):
-    tokens_usd = (prompt_tokens * input_price + completion_tokens * output_price) / 10**6
-    per_success = (tokens_usd + (requests - successes) * failure_cost) / successes if successes else math.inf
-    return {"tokens_usd": tokens_usd, "per_request": tokens_usd / requests, "per_success": per_success}
+    """The course's cost functions; the failures' extra cost is spread over the successes on top."""
+    run = TaskRun("m", "t", requests, successes, prompt_tokens, completion_tokens)
+    price = ModelPrice("m", input_price, output_price)
+    extra = (requests - successes) * failure_cost / successes if successes else 0.0
+    return {"tokens_usd": total_cost(run, price), "per_request": cost_per_request(run, price),
+            "per_success": cost_per_success(run, price) + extra}
 
 
 COST_RULES = {
@@ -322,111 +319,145 @@ def task_cost(learner, check):
 
 
 # -- exercise 5: redaction and the hash chain -----------------------------------------------------
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-_NUMBER = re.compile(r"(?<![\w+])\+?\d(?:[ -]?\d)*(?!\w)")
-_GENESIS = "0" * 64
-
-
+# Expectations: redaction from hand-worked cases (REDACT_CASES, each with its redacted text) and
+# from texts whose redaction is planted by construction (``_planted_text``); the chain and
+# first_bad_line from the course's trace log (``entry_hash``, ``canonical``, ``TraceLog`` and
+# ``verify``, the production code that writes and reads these logs), on hand-redacted records.
 def _luhn(digits):
-    total = 0
-    for position, char in enumerate(digits[::-1]):
-        value = int(char) * (2 if position % 2 else 1)
-        total += value - 9 if value > 9 else value
-    return total % 10 == 0
-
-
-def _kind(run):
-    """'CARD', 'PHONE' or None for one run of digits, by the exercise's rules."""
-    digits = "".join(ch for ch in run if ch.isdigit())
-    if not run.startswith("+") and 13 <= len(digits) <= 19 and _luhn(digits):
-        return "CARD"
-    if 9 <= len(digits) <= 15 and (run.startswith("+") or len(digits) != len(run)):
-        return "PHONE"
-    return None
-
-
-def _redact(text):
-    text = _EMAIL.sub("[EMAIL]", text)
-    return _NUMBER.sub(lambda m: f"[{_kind(m.group())}]" if _kind(m.group()) else m.group(), text)
-
-
-def _leaks(text):
-    """What the redacted text still holds that the rules say must go (empty when clean)."""
-    return _EMAIL.findall(text) + [m.group() for m in _NUMBER.finditer(text) if _kind(m.group())]
-
-
-def _canon(value):
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    return text.encode("utf-8")
-
-
-def _scrub(value):
-    if isinstance(value, str):
-        return _redact(value)
-    if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
-    return value
-
-
-def _chain(records):
-    lines, prev = [], _GENESIS
-    for record in records:
-        clean = _scrub(record)
-        digest = hashlib.sha256(_canon({"prev": prev, "record": clean})).hexdigest()
-        lines.append(_canon({"hash": digest, "prev": prev, "record": clean}).decode("utf-8"))
-        prev = digest
-    return lines
-
-
-def _first_bad(lines):
-    prev = _GENESIS
-    for number, line in enumerate(lines, start=1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            return number
-        if not isinstance(entry, dict) or not {"hash", "prev", "record"} <= set(entry):
-            return number
-        if entry["prev"] != prev or entry["hash"] != hashlib.sha256(
-                _canon({"prev": entry["prev"], "record": entry["record"]})).hexdigest():
-            return number
-        prev = entry["hash"]
-    return None
+    """The textbook Luhn test: from the right, every second digit doubled and its digits summed."""
+    doubled = [int(c) * (1 + position % 2) for position, c in enumerate(reversed(digits))]
+    return sum(sum(map(int, str(d))) for d in doubled) % 10 == 0
 
 
 def _with_check_digit(prefix):
     return next(prefix + d for d in "0123456789" if _luhn(prefix + d))
 
 
-REDACT_CASES = [
-    ("an email address", "contact j.doe_99+x@mail.example.org now"),
-    ("a Luhn-valid card grouped by spaces", "card 4242 4242 4242 4242 ok"),
-    ("a Luhn-valid card grouped by dashes", "pay 5105-1051-0510-5100."),
-    ("a Luhn-valid card with no separators", "visa 4012888888881881 end"),
-    ("a Luhn-valid card of 13 digits (13 to 19 digits)", f"old {_with_check_digit('422222222222')} card"),
-    ("a Luhn-valid card of 19 digits (13 to 19 digits)", f"long {_with_check_digit('621234567890123456')} card"),
-    ("a card-length number that fails Luhn is not a card", "ref 4242 4242 4242 4241 kept"),
-    ("a card-length number that fails Luhn is not a card (15 digits: then a phone)", "id 4242-4242-4242-425 x"),
-    ("the Luhn check doubles every second digit from the right", f"n {_with_check_digit('7992739871312345')} z"),
-    ("the Luhn check doubles every second digit from the right (odd length)", f"n {_with_check_digit('37144963539843')} z"),
-    ("an international phone starting with +", "call +33 1 42 68 53 00 today"),
-    ("a phone written with dashes", "or 212-555-0147."),
-    ("a phone starting with + and no separator", "sms +447700900123"),
-    ("a phone of 9 digits (9 to 15 digits)", "tel 612 345 678 ok"),
-    ("a phone of 15 digits (9 to 15 digits)", "tel +12 345 678 901 234 5 ok"),
-    ("a run starting with + is never a card", "x +4242424242424242 y"),
-    ("a bare run of digits is not a phone (an id)", "order 2125550147 shipped"),
-    ("8 digits with separators is too short for a phone", "code 1234-5678 z"),
-    ("16 digits with separators that fail Luhn are neither card nor phone", "n 1111 2222 3333 4445 z"),
-    ("dates, amounts and short numbers stay", "on 2024-05-01 we paid 12.50 for 3 items, order 123456"),
-    ("numbers glued to letters stay", "hash a1234567890b, id x4242424242424242, v2"),
-    ("emails are redacted before numbers", "mail tel-212-555-0147@example.com"),
-    ("emails are redacted before numbers (digits in the domain)", "write to ops@555-123-4567.example.net"),
-    ("several kinds in one text", "ann@x.io paid 4012 8888 8888 1881, call +1 555 010 9999, order 99"),
-    ("text with nothing to redact stays exactly as it was", "Zürich café, 3 items — nothing personal."),
+def _failing_luhn(number):
+    """number with its last digit changed so that it fails Luhn (one changed digit always does)."""
+    return next(number[:-1] + d for d in "1234567890" if not _luhn(number[:-1] + d))
+
+
+REDACT_CASES = [  # (rule, text, the text redacted by hand)
+    ("an email address", "contact j.doe_99+x@mail.example.org now", "contact [EMAIL] now"),
+    ("a Luhn-valid card grouped by spaces", "card 4242 4242 4242 4242 ok", "card [CARD] ok"),
+    ("a Luhn-valid card grouped by dashes", "pay 5105-1051-0510-5100.", "pay [CARD]."),
+    ("a Luhn-valid card with no separators", "visa 4012888888881881 end", "visa [CARD] end"),
+    ("a Luhn-valid card of 13 digits (13 to 19 digits)", f"old {_with_check_digit('422222222222')} card",
+     "old [CARD] card"),
+    ("a Luhn-valid card of 19 digits (13 to 19 digits)", f"long {_with_check_digit('621234567890123456')} card",
+     "long [CARD] card"),
+    ("a card-length number that fails Luhn is not a card", "ref 4242 4242 4242 4241 kept",
+     "ref 4242 4242 4242 4241 kept"),
+    ("a card-length number that fails Luhn is not a card (15 digits: then a phone)", "id 4242-4242-4242-425 x",
+     "id [PHONE] x"),
+    ("the Luhn check doubles every second digit from the right", f"n {_with_check_digit('7992739871312345')} z",
+     "n [CARD] z"),
+    ("the Luhn check doubles every second digit from the right (odd length)",
+     f"n {_with_check_digit('37144963539843')} z", "n [CARD] z"),
+    ("an international phone starting with +", "call +33 1 42 68 53 00 today", "call [PHONE] today"),
+    ("a phone written with dashes", "or 212-555-0147.", "or [PHONE]."),
+    ("a phone starting with + and no separator", "sms +447700900123", "sms [PHONE]"),
+    ("a phone of 9 digits (9 to 15 digits)", "tel 612 345 678 ok", "tel [PHONE] ok"),
+    ("a phone of 15 digits (9 to 15 digits)", "tel +12 345 678 901 234 5 ok", "tel [PHONE] ok"),
+    ("a run starting with + is never a card", "x +4242424242424242 y", "x +4242424242424242 y"),
+    ("a bare run of digits is not a phone (an id)", "order 2125550147 shipped", "order 2125550147 shipped"),
+    ("8 digits with separators is too short for a phone", "code 1234-5678 z", "code 1234-5678 z"),
+    ("16 digits with separators that fail Luhn are neither card nor phone", "n 1111 2222 3333 4445 z",
+     "n 1111 2222 3333 4445 z"),
+    ("a run of 24 digits (numbers joined by single spaces) is neither card nor phone",
+     "ids 1234 5678 9012 3456 7890 1234 x", "ids 1234 5678 9012 3456 7890 1234 x"),
+    ("dates, amounts and short numbers stay", "on 2024-05-01 we paid 12.50 for 3 items, order 123456",
+     "on 2024-05-01 we paid 12.50 for 3 items, order 123456"),
+    ("numbers glued to letters stay", "hash a1234567890b, id x4242424242424242, v2",
+     "hash a1234567890b, id x4242424242424242, v2"),
+    ("emails are redacted before numbers", "mail tel-212-555-0147@example.com", "mail [EMAIL]"),
+    ("emails are redacted before numbers (digits in the domain)", "write to ops@555-123-4567.example.net",
+     "write to [EMAIL]"),
+    ("several kinds in one text", "ann@x.io paid 4012 8888 8888 1881, call +1 555 010 9999, order 99",
+     "[EMAIL] paid [CARD], call [PHONE], order 99"),
+    ("text with nothing to redact stays exactly as it was", "Zürich café, 3 items — nothing personal.",
+     "Zürich café, 3 items — nothing personal."),
 ]
+
+
+def _grouped(digits, size, sep):
+    return sep.join(digits[i:i + size] for i in range(0, len(digits), size))
+
+
+def _planted_piece(rng):
+    """(text, its redaction, the personal data in it): one piece whose fate is fixed by how it is built."""
+    kind = rng.choice(["word", "email", "card", "badcard", "plus", "phone", "id", "longid", "date", "amount"])
+    if kind == "word":
+        word = rng.choice(["hello", "order", "Zürich", "refund", "x9", "ok", "naïve"])
+        return word, word, None
+    if kind == "email":
+        email = (f"{rng.choice(['bo', 'a.b', 'c_d', 'e-f'])}{rng.randint(1, 999)}@{rng.choice(['ex', 'mail-1'])}."
+                 f"{rng.choice(['com', 'co.uk', 'io'])}")
+        return email, "[EMAIL]", email
+    if kind in ("card", "badcard", "plus"):
+        length, sep = rng.choice([13, 15, 16, 16, 19]), rng.choice(["", " ", "-"])
+        number = _with_check_digit(rng.choice("3456") + "".join(rng.choice("0123456789") for _ in range(length - 2)))
+        if kind == "card":  # Luhn-valid, 13 to 19 digits, no +: a card however it is grouped
+            text = _grouped(number, 4, sep)
+            return text, "[CARD]", text
+        if kind == "badcard":  # fails Luhn: a phone only when 15 digits or fewer and written with separators
+            text = _grouped(_failing_luhn(number), 4, sep)
+            phone = length <= 15 and sep != ""
+        else:  # a leading +: never a card, a phone when 15 digits or fewer
+            text = "+" + _grouped(number, 4, sep)
+            phone = length <= 15
+        return text, "[PHONE]" if phone else text, text if phone else None
+    if kind == "phone":  # 9 to 15 digits, written with + or with separators
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(9, 15)))
+        plus, sep = rng.choice([(True, ""), (True, " "), (True, "-"), (False, " "), (False, "-")])
+        if not plus and len(digits) >= 13:
+            digits = _failing_luhn(digits)  # card-length without +: made to fail Luhn, so not a card
+        text = ("+" if plus else "") + _grouped(digits, 3, sep)
+        return text, "[PHONE]", text
+    if kind == "id":  # a bare run of 4 to 12 digits: neither card nor phone
+        number = str(rng.randint(10**3, 10**12 - 1))
+        return number, number, None
+    if kind == "longid":  # a bare run of 13 to 19 digits that fails Luhn: neither card nor phone
+        number = _failing_luhn(str(rng.randint(10**12, 10**19 - 1)))
+        return number, number, None
+    if kind == "date":
+        date = f"20{rng.randint(10, 29)}-0{rng.randint(1, 9)}-{rng.randint(10, 28)}"
+        return date, date, None
+    amount = f"{rng.randint(1, 9999)}.{rng.randint(10, 99)}"
+    return amount, amount, None
+
+
+def _planted_text(rng):
+    """(text, its redaction, the personal data planted in it). The joins (a comma, a semicolon,
+    " and ") never extend a run of digits, so every piece keeps the fate it was built with."""
+    pieces = [_planted_piece(rng) for _ in range(rng.randint(2, 7))]
+    join, end = rng.choice([", ", " and ", "; "]), rng.choice(["", ".", "!", "?"])
+    return (join.join(p[0] for p in pieces) + end, join.join(p[1] for p in pieces) + end,
+            [p[2] for p in pieces if p[2] is not None])
+
+
+def _course_log(notes):
+    """The lines of an intact log written by the course's ``TraceLog``, one record per note."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.jsonl"
+        log = TraceLog(path)
+        for i, note in enumerate(notes):
+            log.append(TraceRecord(request_id=f"r-{i}", timestamp="2026-03-02T10:00:00Z", app_version="grader",
+                                   model="tinychat", weights_sha256="ab" * 32, template="tinychat-chat",
+                                   decoding={"temperature": 0}, retrieval={"index_version": 1, "passage_ids": []},
+                                   tools_version="t1", policy_version="p1", validation={},
+                                   tokens={"prompt": 12, "completion": 4}, latency_ms={"prefill": 1.5}, cost_usd=0.0,
+                                   final_state="answered", metadata={"note": note}))
+        return path.read_text(encoding="utf-8").splitlines()
+
+
+def _course_verify(lines):
+    """What the course's ``verify`` (``course trace verify``) says of these lines."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.jsonl"
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return verify(path)
 
 
 _KEEPS_INPUT = """
@@ -449,15 +480,23 @@ def _records():
             {"request_id": "r-4", "b": [1, 2.5, "x"], "a": "z"}]
 
 
+def _redacted_records():
+    """``_records()`` as the rules store them, redacted by hand."""
+    records = _records()
+    records[0]["metadata"] = {"user": "[EMAIL]", "notes": ["card [CARD]", {"deep": "[PHONE]"}]}
+    records[2]["metadata"] = {"reply": "mail [EMAIL] [PHONE]"}
+    return records
+
+
 def _tampered(lines, how, rng):
     lines = list(lines)
     i = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
     if how == "edit":
         entry = json.loads(lines[i])
         entry["record"]["request_id"] = "forged"
-        lines[i] = _canon(entry).decode("utf-8")
-    elif how == "remove":
-        del lines[i]
+        lines[i] = canonical(entry).decode("utf-8")
+    elif how == "remove":  # never the last line: a line must follow it for its prev to break
+        del lines[min(i, len(lines) - 2)]
     elif how == "swap":
         j = max(i - 1, 0)
         lines[i], lines[j] = lines[j], lines[i]
@@ -466,13 +505,13 @@ def _tampered(lines, how, rng):
     elif how == "rehash":
         entry = json.loads(lines[i - 1])
         entry["record"]["model"] = "forged"
-        entry["hash"] = hashlib.sha256(_canon({"prev": entry["prev"], "record": entry["record"]})).hexdigest()
-        lines[i - 1] = _canon(entry).decode("utf-8")
+        entry["hash"] = entry_hash(entry["record"], entry["prev"])
+        lines[i - 1] = canonical(entry).decode("utf-8")
     elif how == "genesis":
         entry = json.loads(lines[0])
         entry["prev"] = "f" * 64
-        entry["hash"] = hashlib.sha256(_canon({"prev": entry["prev"], "record": entry["record"]})).hexdigest()
-        lines[0] = _canon(entry).decode("utf-8")
+        entry["hash"] = entry_hash(entry["record"], entry["prev"])
+        lines[0] = canonical(entry).decode("utf-8")
     elif how == "not_entry":
         lines[i] = json.dumps({"hash": "0" * 64, "prev": "1" * 64})
     elif how == "insert":
@@ -489,77 +528,53 @@ TAMPER_RULES = {"edit": "an edited record breaks its own hash", "remove": "a rem
                 "insert": "a duplicated line breaks the chain"}
 
 
-def _random_text(rng):
-    pieces = []
-    for _ in range(rng.randint(2, 7)):
-        kind = rng.choice(["word", "email", "card", "badcard", "phone", "id", "date", "amount", "plus16"])
-        if kind == "word":
-            pieces.append(rng.choice(["hello", "order", "Zürich", "refund", "x9", "ok", "naïve"]))
-        elif kind == "email":
-            pieces.append(f"{rng.choice(['bo', 'a.b', 'c_d', 'e-f'])}{rng.randint(1, 999)}@{rng.choice(['ex', 'mail-1'])}."
-                          f"{rng.choice(['com', 'co.uk', 'io'])}")
-        elif kind in ("card", "badcard", "plus16"):
-            length = rng.choice([13, 15, 16, 16, 19])
-            number = _with_check_digit(rng.choice("3456") + "".join(rng.choice("0123456789") for _ in range(length - 2)))
-            if kind == "badcard":
-                number = number[:-1] + str((int(number[-1]) + rng.randint(1, 9)) % 10)
-            sep = rng.choice(["", " ", "-"])
-            text = sep.join(number[i:i + 4] for i in range(0, len(number), 4))
-            pieces.append("+" + text if kind == "plus16" else text)
-        elif kind == "phone":
-            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(7, 16)))
-            sep = rng.choice([" ", "-", ""])
-            pieces.append(rng.choice(["+", "", ""]) + sep.join(digits[i:i + 3] for i in range(0, len(digits), 3)))
-        elif kind == "id":
-            pieces.append(str(rng.randint(10**3, 10**16)))
-        elif kind == "date":
-            pieces.append(f"20{rng.randint(10, 29)}-0{rng.randint(1, 9)}-{rng.randint(10, 28)}")
-        else:
-            pieces.append(f"{rng.randint(1, 9999)}.{rng.randint(10, 99)}")
-    return rng.choice([" ", ", ", " and ", "; "]).join(pieces) + rng.choice(["", ".", "!", "?"])
-
-
 def trace_chain(learner, check):
     redact, chain, first_bad = (learner.function(n) for n in ("redact_pii", "chain_records", "first_bad_line"))
     rng = random.Random(9090)
-    texts = list(REDACT_CASES) + [(f"random text {case}", _random_text(rng)) for case in range(40)]
-    for label, text in texts:
-        replay = Once((lambda t: lambda: redact(t))(text))
+    for label, text, expected in REDACT_CASES:
         # Text with nothing to redact comes back as it went in: a do-nothing answer passes that.
-        check.equal(f"redact_pii: {label}", replay, _redact(text), edge=_redact(text) == text)
-        check.that(f"redact_pii leaves no email, card or phone the rules name ({label})", replay,
-                   lambda out: isinstance(out, str) and not _leaks(out),
+        check.equal(f"redact_pii: {label}", (lambda t: lambda: redact(t))(text), expected, edge=expected == text)
+    for case in range(40):
+        text, expected, planted = _planted_text(rng)
+        replay = Once((lambda t: lambda: redact(t))(text))
+        label = f"random text {case}"
+        check.equal(f"redact_pii: {label}", replay, expected, edge=expected == text)
+        check.that(f"redact_pii leaves none of the emails, cards and phones planted in it ({label})", replay,
+                   lambda out, planted=planted: isinstance(out, str) and not any(p in out for p in planted),
                    "every EMAIL_RE match and every card or phone run must be replaced", edge=True)
-    records = _records()
-    expected = _chain(records)
+    records, redacted = _records(), _redacted_records()
     replay = Once(lambda: chain(_records()))
     check.equal("chain_records: one line (a str) per record", lambda: [type(x).__name__ for x in replay()],
                 ["str"] * len(records))
     check.equal("chain_records: each line is canonical JSON of {hash, prev, record}",
-                lambda: [_canon(json.loads(x)).decode("utf-8") == x for x in replay()], [True] * len(records))
+                lambda: [canonical(json.loads(x)).decode("utf-8") == x for x in replay()], [True] * len(records))
     check.equal("chain_records: the first line's prev is GENESIS (64 zeros)", lambda: json.loads(replay()[0])["prev"],
-                _GENESIS)
+                GENESIS)
     check.equal("chain_records: every string in a record is redacted, at any depth (dicts and lists)",
-                lambda: [json.loads(x)["record"] for x in replay()], [json.loads(x)["record"] for x in expected])
+                lambda: [json.loads(x)["record"] for x in replay()], redacted)
     check.equal("chain_records: hash = sha256 of canonical {prev, redacted record}, hex",
-                lambda: [hashlib.sha256(_canon({"prev": e["prev"], "record": e["record"]})).hexdigest() == e["hash"]
-                         for e in map(json.loads, replay())], [True] * len(records))
+                lambda: [entry_hash(e["record"], e["prev"]) == e["hash"] for e in map(json.loads, replay())],
+                [True] * len(records))
     check.equal("chain_records: each line's prev is the previous line's hash",
                 lambda: [json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in zip(replay(), replay()[1:])],
                 [True] * (len(records) - 1))
-    check.equal("chain_records: every line equals the chain recomputed here", replay, expected)
+    check.equal("chain_records: the course's trace verify accepts every line",
+                lambda: [_course_verify(replay()).ok, _course_verify(replay()).records], [True, len(records)])
     check.equal("chain_records: no records, no lines", lambda: chain([]), [])
     single = [{"text": "only one: +1 202 555 0188", "n": 1}]
-    check.equal("chain_records: a single record", lambda: chain(single), _chain(single))
+    check.equal("chain_records: a single record",
+                lambda: [[json.loads(x)["record"] for x in chain(single)], _course_verify(chain(single)).ok],
+                [[{"text": "only one: [PHONE]", "n": 1}], True])
     keeps = learner.script(_KEEPS_INPUT, "_chain_keeps_input")
     check.that("chain_records does not change the caller's records", lambda: keeps(_records()), lambda v: v is True,
                "redact into new dicts and lists; leave the records you were given as they were", edge=True)
-    check.equal("first_bad_line: an intact log is None", lambda: first_bad(list(expected)), None)
+    short_log = _course_log([text for _, text, _ in REDACT_CASES[:4]])
+    long_log = _course_log([_planted_text(rng)[0] for _ in range(9)])
+    check.equal("first_bad_line: an intact log is None", lambda: first_bad(list(short_log)), None)
     check.equal("first_bad_line: an empty log is None", lambda: first_bad([]), None)
-    long_log = _chain([{"request_id": f"r-{i}", "note": _random_text(rng)} for i in range(9)])
     check.equal("first_bad_line: a long intact log is None", lambda: first_bad(list(long_log)), None)
     for how, rule in TAMPER_RULES.items():
-        for log in (expected, long_log):
+        for log in (short_log, long_log):
             bad = _tampered(log, how, rng)
             check.equal(f"first_bad_line: {rule} (1-based line numbers, {len(log)}-line log)",
-                        (lambda b: lambda: first_bad(b))(bad), _first_bad(bad))
+                        (lambda b: lambda: first_bad(b))(bad), _course_verify(bad).bad_line)

@@ -1,10 +1,17 @@
 """Hidden tests for 08_capstone, run in the grader's process (see course_lib/pipeline/hidden.py).
 
-Expectations are computed here from the exercise text, in plain Python: the owner of each
-guarantee as the notebook attributes it, the budget's arithmetic, and the diagnosis rules in
-their order. The budget and the diagnosis are tried on fixed cases for every rule and on fresh
-random scenarios and traces each run (``random.Random()``), so an answer fitted to the cases
-the notebook shows does not pass. The learner's answers are reached only through ``learner``;
+Where each exercise's expectations come from (none of them is the solution's code):
+
+- guarantee_owners: the owners as the notebook attributes them, a table typed in below.
+- latency_cost_budget: the budget's arithmetic in plain Python (``_budget``), written from the
+  exercise text; the package's reference works the drills' formulas instead.
+- diagnose_trace: hand-derived outcomes for the named traces, and for the random ones the
+  outcome the generator planted (each trace kind is built to hit exactly one rule, the table
+  ``PLANTED``), so no rule is evaluated here at all.
+
+The budget and the diagnosis are tried on fixed cases for every rule and on fresh random
+scenarios and traces each run (``random.Random()``), so an answer fitted to the cases the
+notebook shows does not pass. The learner's answers are reached only through ``learner``;
 one helper script returns the ``guarantee_owners`` dict as plain data.
 """
 import copy
@@ -18,8 +25,8 @@ REFERENCES = (
     "course_lib.drills.problem_formulas.time_to_first_token_s",
     "course_lib.drills.problem_formulas.request_latency_s",
     "course_lib.drills.problem_formulas.decode_step_floor_s",
-    "course_lib.checks.capstone.reference_budget",
-    "course_lib.checks.capstone.reference_diagnosis",
+    "course_lib.capstone.reference_budget",
+    "course_lib.capstone.reference_diagnosis",
 )
 
 
@@ -181,25 +188,6 @@ def latency_cost_budget(learner, check):
 STATES = ("answered", "abstained", "refused", "error")
 
 
-def _diagnose(record):
-    meta, checks = record["metadata"], record["validation"]
-    if meta["tool_error"] is not None:
-        return {"stage": "tool", "fix": "none" if meta["tool_error"] == "permission_denied" else "constrain_tool_call"}
-    if meta["dropped"] and record["final_state"] != "answered":
-        return {"stage": "packing", "fix": "shrink_context"}
-    if checks.get("format") is False and record["decoding"]["temperature"] > 1.0:
-        return {"stage": "sampling", "fix": "lower_temperature"}
-    if meta["finish_reason"] == "length":
-        return {"stage": "decoding", "fix": "raise_max_tokens"}
-    if checks.get("format") is False:
-        return {"stage": "decoding", "fix": "constrain_output"}
-    if checks.get("cited_shown") is False:
-        return {"stage": "grounding", "fix": "constrain_output"}
-    if checks.get("claim_supported") is False:
-        return {"stage": "grounding", "fix": "block_unsupported"}
-    return {"stage": "none", "fix": "none"}
-
-
 def _trace(rng, *, state="answered", temperature=None, dropped=(), finish="stop", tool_error=None, validation=None):
     if temperature is None:
         temperature = rng.choice([0.0, round(rng.uniform(0.1, 1.0), 3), round(rng.uniform(1.001, 4.0), 3)])
@@ -262,63 +250,79 @@ def _random_trace(rng, kind):
 
 KINDS = ("healthy_answer", "healthy_abstention", "healthy_tool", "permission", "bad_call", "overflow", "hot", "cut",
          "unguided", "not_shown", "unsupported")
+# The [stage, fix] each kind of ``_random_trace`` is built to show: its one failure, or none.
+PLANTED = {"healthy_answer": ["none", "none"], "healthy_abstention": ["none", "none"], "healthy_tool": ["none", "none"],
+           "permission": ["tool", "none"], "bad_call": ["tool", "constrain_tool_call"],
+           "overflow": ["packing", "shrink_context"], "hot": ["sampling", "lower_temperature"],
+           "cut": ["decoding", "raise_max_tokens"], "unguided": ["decoding", "constrain_output"],
+           "not_shown": ["grounding", "constrain_output"], "unsupported": ["grounding", "block_unsupported"]}
 
 
 def diagnose_trace(learner, check):
     f = learner.function("diagnose_trace")
     rng = random.Random(2026)
+    # (label, trace, [stage, fix] as the exercise's rules give it, worked by hand)
     named = [
-        ("a healthy grounded answer -> none/none", _trace(rng, temperature=0.7, validation=_grounded(rng))),
+        ("a healthy grounded answer -> none/none", _trace(rng, temperature=0.7, validation=_grounded(rng)),
+         ["none", "none"]),
         ("a healthy abstention whose grounding checks are absent -> none/none",
-         _trace(rng, state="abstained", temperature=0.2, validation={"format": True})),
+         _trace(rng, state="abstained", temperature=0.2, validation={"format": True}), ["none", "none"]),
         ("a healthy answer at a high temperature: the temperature alone is no failure",
-         _trace(rng, temperature=2.2, validation=_grounded(rng))),
+         _trace(rng, temperature=2.2, validation=_grounded(rng)), ["none", "none"]),
         ("an answer despite dropped passages is not a packing failure",
-         _trace(rng, temperature=0.5, dropped=["3", "4"], validation=_grounded(rng))),
-        ("a permission refusal -> tool/none", _trace(rng, state="refused", tool_error="permission_denied")),
+         _trace(rng, temperature=0.5, dropped=["3", "4"], validation=_grounded(rng)), ["none", "none"]),
+        ("a permission refusal -> tool/none", _trace(rng, state="refused", tool_error="permission_denied"),
+         ["tool", "none"]),
         ("a refusal with dropped passages: the tool rule comes first",
-         _trace(rng, state="refused", tool_error="permission_denied", dropped=["1"], validation={"format": False})),
+         _trace(rng, state="refused", tool_error="permission_denied", dropped=["1"], validation={"format": False}),
+         ["tool", "none"]),
         ("arguments that did not fit -> tool/constrain_tool_call",
-         _trace(rng, state="error", tool_error="invalid_arguments")),
-        ("an unknown tool -> tool/constrain_tool_call", _trace(rng, state="error", tool_error="unknown_tool")),
+         _trace(rng, state="error", tool_error="invalid_arguments"), ["tool", "constrain_tool_call"]),
+        ("an unknown tool -> tool/constrain_tool_call", _trace(rng, state="error", tool_error="unknown_tool"),
+         ["tool", "constrain_tool_call"]),
         ("dropped passages and an abstention -> packing/shrink_context",
-         _trace(rng, state="abstained", temperature=0.7, dropped=["1", "7", "5"], validation={"format": True})),
+         _trace(rng, state="abstained", temperature=0.7, dropped=["1", "7", "5"], validation={"format": True}),
+         ["packing", "shrink_context"]),
         ("dropped passages and a broken hot reply: the packing rule comes before the sampling rule",
-         _trace(rng, state="error", temperature=3.0, dropped=["2"], validation={"format": False})),
+         _trace(rng, state="error", temperature=3.0, dropped=["2"], validation={"format": False}),
+         ["packing", "shrink_context"]),
         ("a broken reply at temperature above 1.0 -> sampling/lower_temperature",
-         _trace(rng, state="error", temperature=1.5, validation={"format": False})),
+         _trace(rng, state="error", temperature=1.5, validation={"format": False}), ["sampling", "lower_temperature"]),
         ("a broken hot reply cut at the cap: the sampling rule comes before the length rule",
-         _trace(rng, state="error", temperature=2.0, finish="length", validation={"format": False})),
+         _trace(rng, state="error", temperature=2.0, finish="length", validation={"format": False}),
+         ["sampling", "lower_temperature"]),
         ("a reply cut at the cap -> decoding/raise_max_tokens",
-         _trace(rng, state="error", temperature=0.7, finish="length", validation={"format": False})),
+         _trace(rng, state="error", temperature=0.7, finish="length", validation={"format": False}),
+         ["decoding", "raise_max_tokens"]),
         ("a hot reply cut at the cap whose format held -> decoding/raise_max_tokens",
-         _trace(rng, state="error", temperature=2.5, finish="length", validation={"format": True})),
+         _trace(rng, state="error", temperature=2.5, finish="length", validation={"format": True}),
+         ["decoding", "raise_max_tokens"]),
         ("a broken reply at exactly temperature 1.0 is not above 1.0 -> decoding/constrain_output",
-         _trace(rng, state="error", temperature=1.0, validation={"format": False})),
+         _trace(rng, state="error", temperature=1.0, validation={"format": False}), ["decoding", "constrain_output"]),
         ("a broken greedy reply -> decoding/constrain_output",
-         _trace(rng, state="error", temperature=0.0, validation={"format": False})),
+         _trace(rng, state="error", temperature=0.0, validation={"format": False}), ["decoding", "constrain_output"]),
         ("a citation of a passage that was not shown -> grounding/constrain_output",
-         _trace(rng, temperature=0.7, validation=_grounded(rng, cited_shown=False))),
+         _trace(rng, temperature=0.7, validation=_grounded(rng, cited_shown=False)), ["grounding", "constrain_output"]),
         ("cited passage not shown and claim unsupported: the citation rule comes first",
-         _trace(rng, temperature=0.7, validation=_grounded(rng, cited_shown=False, claim_supported=False))),
+         _trace(rng, temperature=0.7, validation=_grounded(rng, cited_shown=False, claim_supported=False)),
+         ["grounding", "constrain_output"]),
         ("a claim its cited passage does not hold -> grounding/block_unsupported",
-         _trace(rng, temperature=0.7, validation=_grounded(rng, claim_supported=False))),
+         _trace(rng, temperature=0.7, validation=_grounded(rng, claim_supported=False)),
+         ["grounding", "block_unsupported"]),
     ]
-    for label, record in named:
+    for label, record, expected in named:
         replay = Once(lambda r=record: f(copy.deepcopy(r)))
         check.that(f"returns a dict with exactly stage and fix ({label})", replay,
                    lambda out: isinstance(out, dict) and set(out) == {"stage", "fix"},
                    "return {'stage': ..., 'fix': ...}")
-        check.equal(label, lambda r=replay: [_item("stage", r)(), _item("fix", r)()],
-                    [_diagnose(record)["stage"], _diagnose(record)["fix"]])
+        check.equal(label, lambda r=replay: [_item("stage", r)(), _item("fix", r)()], expected)
     fresh = random.Random()  # fresh traces every run: rules, not remembered cases
     for case in range(44):
         kind = KINDS[case % len(KINDS)]
         record = _random_trace(fresh, kind)
-        expected = _diagnose(record)
         replay = Once(lambda r=record: f(copy.deepcopy(r)))
         check.equal(f"random trace {case} ({kind.replace('_', ' ')})",
-                    lambda r=replay: [_item("stage", r)(), _item("fix", r)()], [expected["stage"], expected["fix"]])
+                    lambda r=replay: [_item("stage", r)(), _item("fix", r)()], PLANTED[kind])
     for state in ("done", "", None):
         bad = _trace(rng, validation=_grounded(rng))
         bad["final_state"] = state

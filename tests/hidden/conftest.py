@@ -6,6 +6,9 @@ process; ``LocalLearner`` gives the hidden tests the same plain-data contract as
 from __future__ import annotations
 
 import functools
+from pathlib import Path
+
+import pytest
 
 from course_lib.pipeline.authoring import CHECKS_PREFIX, build_notebook, exercises, parse
 from course_lib.pipeline.hidden import LocalLearner, hidden_test, load_hidden, run_hidden_test
@@ -14,6 +17,20 @@ from tests.pipeline.conftest import ASSIGNMENTS, REPO
 
 AUTHORING = REPO / "grading" / "authoring"
 HIDDEN = REPO / "grading" / "hidden"
+# Exercises whose hidden test and visible checks decode with the course model, seconds a run:
+# every test here of one of them (parametrized by name and exercise) is marked slow, and so is
+# every test that runs the generated attack (attack.answering_trials), which runs each hidden
+# test once per fitting candidate.
+HEAVY = {("03_kv_cache", "cached_greedy_logits"), ("04_sampling", "generate_text"),
+         ("05_structured_output", "constrained_decode"), ("06_serving", "accept_or_resample")}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if Path(item.path).parent == here and (params.get("name"), params.get("exercise")) in HEAVY:
+            item.add_marker(pytest.mark.slow)
 
 
 @functools.lru_cache(maxsize=None)

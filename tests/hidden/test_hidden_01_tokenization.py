@@ -6,7 +6,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from course_lib.tokenization import split_text
-from tests.hidden.conftest import failures, verdict
+from course_lib.tokenization.merge import merge_pair
+from tests.hidden.conftest import answers, failures, verdict
+from tests.hidden.mutants import mutant
 
 A = "01_tokenization"
 
@@ -87,94 +89,32 @@ def _merge_first_only(ids, pair, new_id):
     return list(ids)
 
 
-def _merge_drops_last(ids, pair, new_id):  # the loop stops one early and loses the last ID
-    out, i = [], 0
-    while i < len(ids) - 1:
-        if (ids[i], ids[i + 1]) == tuple(pair):
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-def _merge_either_order(ids, pair, new_id):  # (2, 1) merged as if it were (1, 2)
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and {ids[i], ids[i + 1]} == set(pair):
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+# The loop stops one early and loses the last ID; (2, 1) merged as if it were (1, 2).
+_merge_drops_last = mutant(A, "merge", ("while i < len(ids):", "while i < len(ids) - 1:"), label="_merge_drops_last")
+_merge_either_order = mutant(A, "merge", ("ids[i] == pair[0] and ids[i + 1] == pair[1]", "{ids[i], ids[i + 1]} == set(pair)"),
+                             label="_merge_either_order")
 
 
 # ----- train_bpe -------------------------------------------------------------------------
-def _trainer(*, split=True, tie=min, check_size=True, extra=0, stop_early=True, order=None):
-    """The textbook trainer with one thing changed."""
-    def train_bpe(text, vocab_size):
-        if check_size and vocab_size < 256:
-            raise ValueError("too small")
-        pieces = split_text(text) if split else [text]
-        chunks = [list(p.encode("utf-8")) for p in pieces]
-        merges = {}
-        for new_id in range(256, vocab_size + extra):
-            counts = {}
-            for chunk in chunks:
-                for pair in zip(chunk, chunk[1:]):
-                    counts[pair] = counts.get(pair, 0) + 1
-            if not counts:
-                if stop_early:
-                    break
-                raise ValueError("ran out of pairs")
-            top = max(counts.values())
-            best = tie([pair for pair, n in counts.items() if n == top])
-            merges[best] = new_id
-            new_chunks = []
-            for chunk in chunks:
-                out, i = [], 0
-                while i < len(chunk):
-                    if i + 1 < len(chunk) and (chunk[i], chunk[i + 1]) == best:
-                        out.append(new_id)
-                        i += 2
-                    else:
-                        out.append(chunk[i])
-                        i += 1
-                new_chunks.append(out)
-            chunks = new_chunks
-        return dict(sorted(merges.items())) if order == "sorted" else merges
-    return train_bpe
+_TIE = "best = min(counts, key=lambda pair: (-counts[pair], pair))"  # the solution's tie rule
 
 
-def _first_seen(pairs):  # Counter.most_common's tie-break: the pair seen first
-    return pairs[0]
+def _trainer(label, *edits):
+    """The notebook's trainer with one thing changed."""
+    return mutant(A, "train_bpe", *edits, label=label)
 
 
 def _as_list(text, vocab_size):
-    return list(_trainer()(text, vocab_size).items())
+    return list(answers(A)["train_bpe"](text, vocab_size).items())
 
 
 # ----- encode ----------------------------------------------------------------------------
-def _merge_all(tokens, pair, new_id):
-    out, i = [], 0
-    while i < len(tokens):
-        if i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(tokens[i])
-            i += 1
-    return out
-
-
 def _encode_in_dict_order(text, merges):  # one pass over the merges as the dict lists them
     ids = []
     for chunk in split_text(text):
         tokens = list(chunk.encode("utf-8"))
         for pair, new_id in merges.items():
-            tokens = _merge_all(tokens, pair, new_id)
+            tokens = merge_pair(tokens, pair, new_id)
         ids.extend(tokens)
     return ids
 
@@ -182,7 +122,7 @@ def _encode_in_dict_order(text, merges):  # one pass over the merges as the dict
 def _encode_without_split(text, merges):  # merges run across chunk boundaries
     tokens = list(text.encode("utf-8"))
     for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
-        tokens = _merge_all(tokens, pair, new_id)
+        tokens = merge_pair(tokens, pair, new_id)
     return tokens
 
 
@@ -195,7 +135,7 @@ def _encode_most_frequent(text, merges):  # picks the commonest pair present, as
             if not counts:
                 break
             pair = max(counts, key=lambda p: (counts[p], -merges[p]))
-            tokens = _merge_all(tokens, pair, merges[pair])
+            tokens = merge_pair(tokens, pair, merges[pair])
         ids.extend(tokens)
     return ids
 
@@ -205,7 +145,7 @@ def _encode_nested(text, merges):  # a list per chunk instead of one flat list
     for chunk in split_text(text):
         tokens = list(chunk.encode("utf-8"))
         for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
-            tokens = _merge_all(tokens, pair, new_id)
+            tokens = merge_pair(tokens, pair, new_id)
         out.append(tokens)
     return out
 
@@ -215,7 +155,7 @@ def _encode_latin1(text, merges):  # bytes from the wrong encoding
     for chunk in split_text(text):
         tokens = list(chunk.encode("latin-1", "replace"))
         for pair, new_id in sorted(merges.items(), key=lambda item: item[1]):
-            tokens = _merge_all(tokens, pair, new_id)
+            tokens = merge_pair(tokens, pair, new_id)
         ids.extend(tokens)
     return ids
 
@@ -290,28 +230,15 @@ def _chat_words(messages, enc):  # counts words, not tokens
 
 
 # ----- split_characters ------------------------------------------------------------------
-def _splitter(*, offsets="chars", once=True, encode="ordinary", strict=False, typecheck=True, count=False):
-    """The reference answer with one thing changed."""
-    def split_characters(text, enc):
-        if typecheck and not isinstance(text, str):
-            raise TypeError("text must be str")
-        if not typecheck:  # converts whatever it gets instead of rejecting it
-            text = str(text)
-        ids = enc.encode_ordinary(text) if encode == "ordinary" else enc.encode(text)
-        ends, offset = set(), 0
-        for token in ids:
-            offset += len(enc.decode_single_token_bytes(token))
-            ends.add(offset)
-        found, start = [], 0
-        for index, char in enumerate(text):
-            end = start + len(char.encode("utf-8"))
-            # strict: a multi-byte character that ends where a token ends is counted too
-            hits = [b for b in range(start + 1, end + (1 if strict and end - start > 1 else 0)) if b in ends]
-            where = index if offsets == "chars" else start
-            found += [where] * (1 if once and hits else len(hits))
-            start = end
-        return len(found) if count else found
-    return split_characters
+def _splitter(label, *edits):
+    """The notebook's answer with one thing changed."""
+    return mutant(A, "split_characters", *edits, label=label)
+
+
+_EVERY_CUT = """        if any(boundary in token_ends for boundary in range(start + 1, end)):
+            split.append(index)"""
+_TYPECHECK = """    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")"""
 
 
 def _split_by_decoding(text, enc):  # a token that is not valid UTF-8 on its own marks its characters
@@ -340,13 +267,13 @@ WRONG_ANSWERS = [
     ("merge", {"merge": _merge_first_only}, "every occurrence is replaced"),
     ("merge", {"merge": _merge_drops_last}, "a pair that is absent leaves the list unchanged"),
     ("merge", {"merge": _merge_either_order}, "the pair's order matters"),
-    ("train_bpe", {"train_bpe": _trainer(tie=max)}, "tie that goes to the smaller pair"),
-    ("train_bpe", {"train_bpe": _trainer(tie=_first_seen)}, "ties between counts go to the smaller (left, right) pair"),
-    ("train_bpe", {"train_bpe": _trainer(split=False)}, "pairs never cross the chunks of split_text"),
-    ("train_bpe", {"train_bpe": _trainer(extra=1)}, "vocab_size 256 learns nothing"),
-    ("train_bpe", {"train_bpe": _trainer(check_size=False)}, "vocab_size 100 (below 256) raises ValueError"),
-    ("train_bpe", {"train_bpe": _trainer(stop_early=False)}, "it stops early when no pair is left"),
-    ("train_bpe", {"train_bpe": _trainer(order="sorted")}, "the same merges in the order learned"),
+    ("train_bpe", {"train_bpe": _trainer("_train_tie_max", (_TIE, "best = max(counts, key=lambda pair: (counts[pair], pair))"))}, "tie that goes to the smaller pair"),
+    ("train_bpe", {"train_bpe": _trainer("_train_tie_first_seen", (_TIE, "best = max(counts, key=counts.get)"))}, "ties between counts go to the smaller (left, right) pair"),
+    ("train_bpe", {"train_bpe": _trainer("_train_unsplit", ("for chunk in split_text(text)]", "for chunk in [text]]"))}, "pairs never cross the chunks of split_text"),
+    ("train_bpe", {"train_bpe": _trainer("_train_one_extra", ("range(256, vocab_size)", "range(256, vocab_size + 1)"))}, "vocab_size 256 learns nothing"),
+    ("train_bpe", {"train_bpe": _trainer("_train_no_size_check", ("if vocab_size < 256:", "if False:"))}, "vocab_size 100 (below 256) raises ValueError"),
+    ("train_bpe", {"train_bpe": _trainer("_train_no_early_stop", ("            break", "            raise ValueError('ran out of pairs')"))}, "it stops early when no pair is left"),
+    ("train_bpe", {"train_bpe": _trainer("_train_sorted", ("    return merges", "    return dict(sorted(merges.items()))"))}, "the same merges in the order learned"),
     ("train_bpe", {"train_bpe": _as_list}, "the result is a dict"),
     ("encode", {"encode": _encode_in_dict_order}, "the merge with the lowest new ID goes first"),
     ("encode", {"encode": _encode_without_split}, "the same IDs as tiktoken"),
@@ -372,14 +299,14 @@ WRONG_ANSWERS = [
      "content that is not a str (bytes) raises TypeError"),
     ("chat_token_count", {"chat_token_count": _chat_rendered}, "pieces are encoded one by one, not as one string"),
     ("chat_token_count", {"chat_token_count": _chat_words}, "one user message"),
-    ("split_characters", {"split_characters": _splitter(offsets="bytes")}, "character indices, not byte offsets"),
-    ("split_characters", {"split_characters": _splitter(once=False)}, "each split character is listed once"),
-    ("split_characters", {"split_characters": _splitter(encode="default")},
+    ("split_characters", {"split_characters": _splitter("_split_byte_offsets", ("split.append(index)", "split.append(start)"))}, "character indices, not byte offsets"),
+    ("split_characters", {"split_characters": _splitter("_split_per_boundary", (_EVERY_CUT, "split += [index for b in range(start + 1, end) if b in token_ends]"))}, "each split character is listed once"),
+    ("split_characters", {"split_characters": _splitter("_split_encode_special", ("enc.encode_ordinary(text)", "enc.encode(text)"))},
      "special-token strings are ordinary text"),
-    ("split_characters", {"split_characters": _splitter(strict=True)},
+    ("split_characters", {"split_characters": _splitter("_split_strict_end", ("range(start + 1, end)", "range(start + 1, end + (end - start > 1))"))},
      "a boundary at a character's end does not split it"),
-    ("split_characters", {"split_characters": _splitter(typecheck=False)}, "instead of a str raises TypeError"),
-    ("split_characters", {"split_characters": _splitter(count=True)}, "the list of split characters' indices"),
+    ("split_characters", {"split_characters": _splitter("_split_no_typecheck", (_TYPECHECK, "text = str(text)"))}, "instead of a str raises TypeError"),
+    ("split_characters", {"split_characters": _splitter("_split_count", ("    return split\n", "    return len(split)\n"))}, "the list of split characters' indices"),
     ("split_characters", {"split_characters": _split_by_decoding}, "the list of split characters' indices"),
 ]
 

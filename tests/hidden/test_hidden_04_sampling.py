@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.hidden.mutants import mutant
+
 NEG_INF = float("-inf")
 
 
@@ -307,54 +309,14 @@ def _sample_global_rng(probs, generator):  # ignores the generator it was given
 
 
 # -- generate_text -----------------------------------------------------------------------------
-def _generate_with(*, sampler="inverse_cdf", order="temperature_first", reseed=False, eos_reason="stop",
-                   end_in_text=False, stops=True):
-    """A generate loop that breaks one rule of the exercise (named by its keyword)."""
-    def generate_text(model, prompt_ids, *, tokenizer, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
-                      stop=()):
-        end_id = tokenizer.encode("<|end|>", allowed_special="all")[0]
-        generator = torch.Generator().manual_seed(seed)
-        ids, new = list(prompt_ids), []
-        for _ in range(max_new_tokens):
-            with torch.no_grad():
-                z = model(torch.tensor([ids]))[0, -1].float()
-            if order == "temperature_first":
-                z = _nucleus_mask(_topk_cut(_temp(z, temperature), top_k), top_p)
-            else:  # truncate the raw logits, then apply the temperature
-                z = _temp(_nucleus_mask(_topk_cut(z, top_k), top_p), temperature)
-            probs = torch.softmax(z, -1)
-            if reseed:
-                generator = torch.Generator().manual_seed(seed)
-            if sampler == "multinomial":
-                token = int(torch.multinomial(probs.double(), 1, generator=generator))
-            else:
-                token = _cdf_pick(probs, torch.rand((), generator=generator, dtype=torch.float64).item())
-            ids.append(token)
-            new.append(token)
-            if token == end_id:
-                return new, tokenizer.decode(new if end_in_text else new[:-1]), eos_reason
-            text = tokenizer.decode(new)
-            starts = [text.find(s) for s in stop if s in text] if stops else []
-            if starts:
-                return new, text[:min(starts)], "stop"
-        return new, tokenizer.decode(new), "length"
-    generate_text.__name__ = "_generate_" + "_".join(f"{k}" for k in (
-        ("multinomial" if sampler == "multinomial" else ""), ("truncate_first" if order != "temperature_first" else ""),
-        ("reseed" if reseed else ""), (eos_reason if eos_reason != "stop" else ""), ("end_in_text" if end_in_text else ""),
-        ("" if stops else "no_stops")) if k)
-    return generate_text
+def _generate_with(label, *edits):
+    """The notebook's own generate loop with one rule of the exercise broken (see tests/hidden/mutants.py)."""
+    return mutant("04_sampling", "generate_text", *edits, label=label)
 
 
-def _temp(z, temperature):
-    if temperature == 0:
-        return z.masked_fill(torch.arange(z.shape[-1]) != z.argmax(), NEG_INF)
-    return z / temperature
-
-
-def _topk_cut(z, k):
-    if k == 0 or k >= z.shape[-1]:
-        return z
-    return z.masked_fill(z < torch.topk(z, k).values[-1], NEG_INF)
+_PROCESS = "logits = top_p_filter(top_k_filter(apply_temperature(logits, temperature), top_k), top_p)"
+_SAMPLE = "        token = sample_token(torch.softmax(logits, dim=-1), generator)"
+_ENDS = 'return token_ids, tokenizer.decode(token_ids[:-1]), "stop"'
 
 
 # -- named versions of the one-line wrong answers ----------------------------------------------
@@ -457,12 +419,12 @@ WRONG_ANSWERS = [
     ("sample_token", {"sample_token": _sample_argmax}, "draws follow the given probabilities"),
     ("sample_token", {"sample_token": _sample_argmax}, "cumulative sum exceeds u x total"),
     ("sample_token", {"sample_token": _sample_global_rng}, "cumulative sum exceeds u x total"),
-    ("generate_text", {"generate_text": _generate_with(sampler="multinomial")}, "one uniform per step by inverse CDF"),
-    ("generate_text", {"generate_text": _generate_with(order="truncate_first")}, "temperature, then top-p"),
-    ("generate_text", {"generate_text": _generate_with(reseed=True)}, "one generator per call"),
-    ("generate_text", {"generate_text": _generate_with(eos_reason="eos")},
+    ("generate_text", {"generate_text": _generate_with("_generate_multinomial", (_SAMPLE, "        token = int(torch.multinomial(torch.softmax(logits, dim=-1).double(), 1, generator=generator))"))}, "one uniform per step by inverse CDF"),
+    ("generate_text", {"generate_text": _generate_with("_generate_truncate_first", (_PROCESS, "logits = apply_temperature(top_p_filter(top_k_filter(logits, top_k), top_p), temperature)"))}, "temperature, then top-p"),
+    ("generate_text", {"generate_text": _generate_with("_generate_reseed", (_SAMPLE, "        generator = torch.Generator().manual_seed(seed)\n" + _SAMPLE))}, "one generator per call"),
+    ("generate_text", {"generate_text": _generate_with("_generate_eos", (_ENDS, _ENDS.replace('"stop"', '"eos"')))},
      "<|end|> ends it with finish reason 'stop', left out of the text: the finish reason"),
-    ("generate_text", {"generate_text": _generate_with(end_in_text=True)},
+    ("generate_text", {"generate_text": _generate_with("_generate_end_in_text", (_ENDS, _ENDS.replace("token_ids[:-1]", "token_ids")))},
      "<|end|> ends it with finish reason 'stop', left out of the text: the text"),
-    ("generate_text", {"generate_text": _generate_with(stops=False)}, "a stop string cuts the text before the earliest"),
+    ("generate_text", {"generate_text": _generate_with("_generate_no_stops", ('        if stopped:\n            return token_ids, text, "stop"\n', ""))}, "a stop string cuts the text before the earliest"),
 ]

@@ -1,12 +1,12 @@
 """Known-wrong answers to notebook 06, each with the rule it breaks (run by test_wrong_answers.py)."""
 from __future__ import annotations
 
-from collections import deque
-
 import torch
 
-from course_lib.checks.serving import chain_hash
 from course_lib.sampling import sample_from_probs
+from tests.hidden.mutants import moved, mutant
+
+A = "06_serving"
 
 
 # -- stream_metrics ----------------------------------------------------------------------------
@@ -64,168 +64,31 @@ def _roofline_with(*, giga=1e9, bits=False, flops_factor=2, weights_per_seq=Fals
 
 
 # -- schedule_step -----------------------------------------------------------------------------
-def _schedule_with(*, order=("decode", "prefill", "admit"), victim="newest", front=True, admit_after_preempt=False,
-                   head_of_line=True, chunk=True, grow=True, seats=True, needs_output=True, reset=True):
-    def schedule_step(running, waiting, free_blocks, block_size, max_num_seqs, max_batched_tokens):
-        state = {"budget": max_batched_tokens, "free": free_blocks}
-        batch, preempted = [], []
+# The notebook's own schedule_step with one rule broken (see tests/hidden/mutants.py).
+def _schedule_with(label, *edits):
+    return mutant(A, "schedule_step", *edits, label=label)
 
-        def decoding(seq):
-            return (seq["outputs"] >= 1 or not needs_output) and seq["tokens"] - seq["computed"] == 1
 
-        def decodes():
-            i = 0
-            while i < len(running):
-                seq = running[i]
-                i += 1
-                if not decoding(seq):
-                    continue
-                if grow and seq["blocks"] < -(-seq["tokens"] // block_size):
-                    gone = False
-                    while state["free"] == 0 and not gone:
-                        out = running.pop() if victim == "newest" else running.pop(0)
-                        state["free"] += out["blocks"]
-                        out["blocks"] = 0
-                        if reset:
-                            out["computed"] = 0
-                        if front:
-                            waiting.insert(0, out)
-                        else:
-                            waiting.append(out)
-                        preempted.append(out["id"])
-                        gone = out is seq
-                        if victim != "newest":
-                            i -= 1
-                    if gone:
-                        return
-                    state["free"] -= 1
-                    seq["blocks"] += 1
-                batch.append([seq["id"], 1])
-                state["budget"] -= 1
-
-        def prefills():
-            for seq in running:
-                if state["budget"] <= 0:
-                    break
-                if not decoding(seq) and not any(e[0] == seq["id"] for e in batch):
-                    n = seq["tokens"] - seq["computed"]
-                    n = min(n, state["budget"]) if chunk else n
-                    batch.append([seq["id"], n])
-                    state["budget"] -= n
-
-        def admit():
-            j = 0
-            while (admit_after_preempt or not preempted) and j < len(waiting) and state["budget"] > 0 \
-                    and (len(running) < max_num_seqs or not seats):
-                head = waiting[j]
-                need = -(-head["tokens"] // block_size)
-                if need > state["free"]:
-                    if head_of_line:
-                        break
-                    j += 1
-                    continue
-                waiting.pop(j)
-                state["free"] -= need
-                head["blocks"] = need
-                running.append(head)
-                n = min(head["tokens"], state["budget"])
-                batch.append([head["id"], n])
-                state["budget"] -= n
-
-        for phase in order:
-            {"decode": decodes, "prefill": prefills, "admit": admit}[phase]()
-        return {"batch": batch, "preempted": preempted, "running": running, "waiting": waiting,
-                "free_blocks": state["free"]}
-    schedule_step.__name__ = "_schedule_" + "_".join(
-        k for k, on in (("admission_first", order[0] == "admit"), ("prefill_first", order[0] == "prefill"),
-                        ("oldest_victim", victim != "newest"), ("back_of_queue", not front),
-                        ("admits_after_preempting", admit_after_preempt), ("overtakes", not head_of_line),
-                        ("no_chunking", not chunk), ("never_grows", not grow), ("ignores_seats", not seats),
-                        ("decode_by_count", not needs_output), ("keeps_computed", not reset)) if on)
-    return schedule_step
+_DECODES, _PREFILLS, _ADMISSION, _RETURN = "    i = 0", "    for seq in running:", "    while not preempted", "    return {"
+_GROWS = 'if seq["blocks"] < -(-seq["tokens"] // block_size):'
+_HEAD_STOPS = "        if needed > free_blocks:\n            break\n"
+_OVERTAKES = """        if needed > free_blocks:  # let the first request that fits jump the queue
+            fits = [w for w in waiting if -(-w["tokens"] // block_size) <= free_blocks]
+            if not fits:
+                break
+            waiting.remove(fits[0])
+            waiting.insert(0, fits[0])
+            continue
+"""
 
 
 # -- block_pool --------------------------------------------------------------------------------
-def _pool_with(*, chained=True, verify="prefix", decrement=True, to_back=True, last_first=True, evict=True,
-               lookup_all=False, count_free_hits=True, atomic=True, first_wins=True):
-    class BlockPool:
-        def __init__(self, num_blocks, block_size, hash_fn=chain_hash):
-            self.size, self.hash_fn = block_size, hash_fn
-            self.free_list, self.refs = deque(range(num_blocks)), [0] * num_blocks
-            self.cache, self.key, self.prefix, self.tables = {}, [None] * num_blocks, [None] * num_blocks, {}
+def _pool_with(label, *edits):
+    return mutant(A, "BlockPool", *edits, label=label)
 
-        def allocate(self, seq_id, token_ids):
-            tokens = list(token_ids)
-            if not tokens or seq_id in self.tables:
-                raise ValueError("bad")
-            size = self.size
-            keys, parent = [], None
-            for i in range(len(tokens) // size):
-                key = self.hash_fn(parent if chained else None, tuple(tokens[i * size:(i + 1) * size]))
-                keys.append(key)
-                parent = key
-            hits = []
-            for i in range(len(tokens) // size if lookup_all else (len(tokens) - 1) // size):
-                block = self.cache.get(keys[i])
-                if block is None:
-                    break
-                if verify == "prefix" and self.prefix[block] != tuple(tokens[:(i + 1) * size]):
-                    break
-                if verify == "block" and self.prefix[block][-size:] != tuple(tokens[i * size:(i + 1) * size]):
-                    break
-                hits.append(block)
-            new = -(-len(tokens) // size) - len(hits)
-            if not atomic:  # takes the hits before it knows the allocation fits
-                for b in hits:
-                    self.refs[b] += 1
-            needed = new + (sum(self.refs[b] == 0 for b in hits) if count_free_hits else 0)
-            if needed > len(self.free_list):
-                raise RuntimeError("full")
-            for b in hits:
-                if self.refs[b] == 0 or (not atomic and self.refs[b] == 1 and b in self.free_list):
-                    self.free_list.remove(b)
-                if atomic:
-                    self.refs[b] += 1
-            table = list(hits)
-            for _ in range(new):
-                b = self.free_list.popleft()
-                if evict and self.key[b] is not None:
-                    del self.cache[self.key[b]]
-                    self.key[b] = self.prefix[b] = None
-                self.refs[b] = 1
-                table.append(b)
-            for i, k in enumerate(keys):
-                if k not in self.cache or (not first_wins and self.cache[k] != table[i]):
-                    self.cache[k], self.key[table[i]] = table[i], k
-                    self.prefix[table[i]] = tuple(tokens[:(i + 1) * size])
-            self.tables[seq_id] = table
-            return list(table), len(hits) * size
 
-        def free(self, seq_id):
-            if seq_id not in self.tables:
-                raise ValueError("unknown")
-            table = self.tables.pop(seq_id)
-            for b in (reversed(table) if last_first else table):
-                if decrement:
-                    self.refs[b] -= 1
-                if self.refs[b] == 0 and b not in self.free_list:
-                    if to_back:
-                        self.free_list.append(b)
-                    else:
-                        self.free_list.appendleft(b)
-
-        def ref_count(self, block_id):
-            return self.refs[block_id]
-
-        def num_free(self):
-            return len(self.free_list)
-
-    BlockPool.__name__ = "_pool_" + "_".join(
-        k for k, on in (("unchained", not chained), (f"verify_{verify}", verify != "prefix"),
-                        ("no_decrement", not decrement), ("to_front", not to_back), ("first_first", not last_first),
-                        ("no_eviction", not evict), ("lookup_all", lookup_all), ("ignores_free_hits", not count_free_hits),
-                        ("not_atomic", not atomic), ("last_wins", not first_wins)) if on)
-    return BlockPool
+_LOOKUP = "if block is None or self.prefix_of[block] != tuple(tokens[:(i + 1) * size]):"
+_FULL = 'raise RuntimeError(f"not enough free blocks for {seq_id!r}")'
 
 
 # -- accept_or_resample ------------------------------------------------------------------------
@@ -333,41 +196,41 @@ WRONG_ANSWERS = [
     ("decode_roofline", {"decode_roofline": _roofline_with(strict_memory=True)},
      "bound: 'memory' when the memory time is at least the compute time (equal times)"),
     ("decode_roofline", {"decode_roofline": _roofline_with(validate=False)}, "invalid input raises ValueError"),
-    ("schedule_step", {"schedule_step": _schedule_with(order=("admit", "decode", "prefill"))},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_admission_first", moved(_ADMISSION, _RETURN, _DECODES))},
      "decodes come first, then running prefills share the budget left"),
-    ("schedule_step", {"schedule_step": _schedule_with(order=("prefill", "decode", "admit"))},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_prefill_first", moved(_PREFILLS, _ADMISSION, _DECODES))},
      "decodes come first, then running prefills share the budget left"),
-    ("schedule_step", {"schedule_step": _schedule_with(victim="oldest")},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_oldest_victim", ("running.pop()  # the newest", "running.pop(0)"), ("gave_up = victim is seq", "gave_up, i = victim is seq, i - 1"))},
      "no free block: the newest running sequence is preempted"),
-    ("schedule_step", {"schedule_step": _schedule_with(front=False)}, "to the front of waiting"),
-    ("schedule_step", {"schedule_step": _schedule_with(head_of_line=False)},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_back_of_queue", ("waiting.insert(0, victim)", "waiting.append(victim)"))}, "to the front of waiting"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_overtakes", (_HEAD_STOPS, _OVERTAKES))},
      "head of line: a waiting request that does not fit stops admission"),
-    ("schedule_step", {"schedule_step": _schedule_with(chunk=False)},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_no_chunking", ('n = min(seq["tokens"] - seq["computed"], budget)', 'n = seq["tokens"] - seq["computed"]'))},
      "a running prefill's chunk is capped by the budget left (chunked prefill)"),
-    ("schedule_step", {"schedule_step": _schedule_with(grow=False)},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_never_grows", (_GROWS, "if False:"))},
      "a decode whose newest token starts a block takes one free block"),
-    ("schedule_step", {"schedule_step": _schedule_with(seats=False)}, "admission stops at max_num_seqs"),
-    ("schedule_step", {"schedule_step": _schedule_with(needs_output=False)},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_ignores_seats", (" and len(running) < max_num_seqs:", ":"))}, "admission stops at max_num_seqs"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_decode_by_count", ('seq["outputs"] >= 1 and ', ""))},
      "one prompt token left and no output yet is a prefill after the decodes"),
-    ("schedule_step", {"schedule_step": _schedule_with(reset=False)},
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_keeps_computed", ('victim["blocks"], victim["computed"] = 0, 0', 'victim["blocks"] = 0'))},
      "a preempted sequence keeps tokens and outputs, and gets computed 0 and blocks 0"),
-    ("block_pool", {"BlockPool": _pool_with(chained=False)},
+    ("block_pool", {"BlockPool": _pool_with("_pool_unchained", ("self.hash_fn(parent, ", "self.hash_fn(None, "))},
      "chained keys: the same block tokens at different depths are different blocks"),
-    ("block_pool", {"BlockPool": _pool_with(verify="none")},
+    ("block_pool", {"BlockPool": _pool_with("_pool_unverified", (_LOOKUP, "if block is None:"))},
      "a hit is verified: a colliding key whose block holds other tokens is a miss"),
-    ("block_pool", {"BlockPool": _pool_with(verify="block")},
+    ("block_pool", {"BlockPool": _pool_with("_pool_verifies_block_only", (_LOOKUP, "if block is None or self.prefix_of[block][-size:] != tuple(tokens[i * size:(i + 1) * size]):"))},
      "a hit is verified on the whole prefix, not just the block's own tokens"),
-    ("block_pool", {"BlockPool": _pool_with(decrement=False)}, "free decrements reference counts"),
-    ("block_pool", {"BlockPool": _pool_with(to_back=False)},
+    ("block_pool", {"BlockPool": _pool_with("_pool_no_decrement", ("            self.refs[block] -= 1\n", ""))}, "free decrements reference counts"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_to_front", ("self.free_list.append(block)", "self.free_list.appendleft(block)"))},
      "free walks the table last-first; a block reaching 0 goes to the back of the free list"),
-    ("block_pool", {"BlockPool": _pool_with(last_first=False)},
+    ("block_pool", {"BlockPool": _pool_with("_pool_first_first", ("in reversed(self.tables.pop(seq_id)):", "in self.tables.pop(seq_id):"))},
      "free walks the table last-first; a block reaching 0 goes to the back of the free list"),
-    ("block_pool", {"BlockPool": _pool_with(evict=False)}, "taking a cached block from the free list evicts its key"),
-    ("block_pool", {"BlockPool": _pool_with(lookup_all=True)},
+    ("block_pool", {"BlockPool": _pool_with("_pool_no_eviction", ("if self.key_of[block] is not None:", "if False:"))}, "taking a cached block from the free list evicts its key"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_lookup_all", ("range((len(tokens) - 1) // size)", "range(len(tokens) // size)"))},
      "only the first (len - 1) // block_size blocks are looked up"),
-    ("block_pool", {"BlockPool": _pool_with(count_free_hits=False)}, "hits that wait on the free list count against it"),
-    ("block_pool", {"BlockPool": _pool_with(atomic=False)}, "not enough free blocks: RuntimeError and nothing changes"),
-    ("block_pool", {"BlockPool": _pool_with(first_wins=False)},
+    ("block_pool", {"BlockPool": _pool_with("_pool_ignores_free_hits", ("n_new + sum(self.refs[b] == 0 for b in hits) >", "n_new >"))}, "hits that wait on the free list count against it"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_not_atomic", (_FULL, "for taken in hits:\n                self.refs[taken] += 1\n            " + _FULL))}, "not enough free blocks: RuntimeError and nothing changes"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_last_wins", ("            if key not in self.cache:", "            if self.cache.get(key) != table[i]:"))},
      "a key already in the cache keeps its first block (first copy wins)"),
     ("accept_or_resample", {"accept_or_resample": _spec_with(resample="target")},
      "after a rejection the replacement comes from max(0, p - q), never from p or q"),

@@ -7,7 +7,13 @@ import math
 import re
 from collections import Counter
 
-from course_lib.checks.context import EMAIL_RE, GENESIS, NUMBER_RE, canonical
+from course_lib.context.trace_log import GENESIS, canonical
+from tests.hidden.conftest import answers
+
+
+def _setup(name):
+    """A name the notebook's setup cell defines (EMAIL_RE, NUMBER_RE), read when a wrong answer runs."""
+    return answers("07_context")[name]
 
 
 # -- fit_context -------------------------------------------------------------------------------
@@ -234,10 +240,10 @@ def _redact_with(*, phones=True, luhn="right", bare_phones=False, emails_first=T
                 if phones and phone_min <= len(digits) <= 15 and (bare_phones or run.startswith("+") or run != digits):
                     return "[PHONE]"
                 return run
-            return NUMBER_RE.sub(replace, s)
+            return _setup("NUMBER_RE").sub(replace, s)
         if emails_first:
-            return numbers(EMAIL_RE.sub("[EMAIL]", text))
-        return EMAIL_RE.sub("[EMAIL]", numbers(text))
+            return numbers(_setup("EMAIL_RE").sub("[EMAIL]", text))
+        return _setup("EMAIL_RE").sub("[EMAIL]", numbers(text))
     redact_pii.__name__ = "_redact_" + "_".join(
         k for k, on in (("no_phones", not phones), (f"luhn_{luhn}", luhn != "right"), ("bare_phones", bare_phones),
                         ("numbers_first", not emails_first), (f"phone_min_{phone_min}", phone_min != 9),

@@ -22,6 +22,7 @@ def test_stand_ins_alone_earn_nothing(name, exercise):
     assert partial_score(attack.baseline(name, exercise), 1.0) == 0
 
 
+@pytest.mark.slow  # the attack runs every hidden test once per fitting candidate
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_every_callable_that_answers_is_switched_off_in_the_sandbox(name):
     reachable = [t for t in attack.answering_trials(name) if not attack.switched_off(name, t.candidate)]
@@ -41,6 +42,7 @@ def test_the_attack_tries_candidates_on_every_notebook(name):
     assert tried, f"{name}: no candidate fits any answer"
 
 
+@pytest.mark.slow  # the attack on 04 and 06
 def test_the_known_holes_are_among_the_candidates():
     """The delegations the issue found by hand are generated, and they would score."""
     found = {(t.exercise, t.candidate.dotted) for n in ("04_sampling", "06_serving") for t in attack.answering_trials(n)}
