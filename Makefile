@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 A      ?=
 
-.PHONY: install lab test release grade check bench train eval clean
+.PHONY: install lab test test-fast release grade check bench train eval clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ lab: $(STAMP)                          ## start JupyterLab on notebooks/ and pri
 
 test: $(STAMP)                         ## the whole test suite
 	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)                    ## the tests not marked slow (no kernels, servers, browsers or gradings)
+	$(BIN)/python -m pytest -m "not slow"
 
 release: $(STAMP)                      ## rebuild source notebooks and notebooks/ (nbgrader)
 	$(BIN)/course release

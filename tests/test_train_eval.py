@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from course_lib import evaluate as ev
-from course_lib.data import TASKS, corpus_fingerprint, generate_corpus, heldout_split
-from course_lib.model import Transformer, data_dir, get_config, greedy_generate, load_model, load_tokenizer
+from course_lib.data import TASKS, corpus_fingerprint, generate_corpus, heldout_split, scoring
+from course_lib.generation import generate_replies, greedy_generate
+from course_lib.model import Transformer, data_dir, get_config, load_model, load_tokenizer
 from course_lib.tokenization.chat_template import END, render_chat
 from course_lib.train import (
     METADATA_FILE,
@@ -23,17 +24,8 @@ TINY = dict(config="test-gqa", conversations=300, vocab_size=400, batch_size=16,
             overrides={"max_seq_len": 192})
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny models run fastest on one thread, and the course machines' few cores are shared.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def tiny_run(one_thread):
+def tiny_run():
     return run_training(TrainSettings(steps=40, **TINY), device="cpu", progress=False)
 
 
@@ -80,49 +72,49 @@ def test_bad_settings_are_refused():
 # ---------------------------------------------------------------- scoring
 def test_score_arithmetic():
     expected = {"value": 4, "accepted": ["4", "four", "2 + 2 = 4.", "The answer is 4."]}
-    assert all(ev.score_arithmetic(r, expected) for r in ("4", " four", "2 + 2 = 4.", "The answer is 4."))
-    assert not any(ev.score_arithmetic(r, expected) for r in ("5", "Four", "2 + 2 = 5.", "4 apples", ""))
+    assert all(scoring.score_arithmetic(r, expected) for r in ("4", " four", "2 + 2 = 4.", "The answer is 4."))
+    assert not any(scoring.score_arithmetic(r, expected) for r in ("5", "Four", "2 + 2 = 5.", "4 apples", ""))
 
 
 def test_score_extraction():
     want = {"order_id": "K4821", "amount": 7.5, "reason": "late"}
-    assert ev.score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}', want)
-    assert ev.score_extraction('{"reason": "late", "amount": 7.5, "order_id": "K4821"}', want)
+    assert scoring.score_extraction('{"order_id": "K4821", "amount": 7.50, "reason": "late"}', want)
+    assert scoring.score_extraction('{"reason": "late", "amount": 7.5, "order_id": "K4821"}', want)
     bad = ['{"order_id": "K4821", "amount": 7.51, "reason": "late"}',  # wrong value
            '{"order_id": "K4821", "amount": "7.50", "reason": "late"}',  # number as a string
            '{"order_id": "K4821", "amount": 7.5}',  # missing field
            '{"order_id": "K4821", "amount": 7.5, "reason": "late", "x": 1}',  # extra field
            '{"order_id": "K4821", "amount": 7.5, "reason": "late"',  # not JSON
            '[1, 2]', '']
-    assert not any(ev.score_extraction(r, want) for r in bad)
-    assert not ev.score_extraction('{"party_size": true}', {"party_size": 1})  # bool is not an int
+    assert not any(scoring.score_extraction(r, want) for r in bad)
+    assert not scoring.score_extraction('{"party_size": true}', {"party_size": 1})  # bool is not an int
 
 
 def test_score_tool_call():
     want = {"name": "convert_currency", "arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}
     good = ('<|tool_call|>{"name": "convert_currency", '
             '"arguments": {"amount": 50, "from_currency": "USD", "to_currency": "EUR"}}')
-    assert ev.score_tool_call(good, want)
+    assert scoring.score_tool_call(good, want)
     bad = [good.replace("<|tool_call|>", ""), good.replace("convert_currency", "get_time"),
            good.replace("50", "51"), good.replace('"EUR"', '"GBP"'), good[:-1],
            good.replace(', "to_currency": "EUR"', "")]
-    assert not any(ev.score_tool_call(r, want) for r in bad)
+    assert not any(scoring.score_tool_call(r, want) for r in bad)
 
 
 def test_score_abstention_and_facts():
-    assert ev.score_abstention("I don't know.") and ev.score_abstention("I don't know the answer to that.")
-    assert not ev.score_abstention("The capital of Velmora is Oslo.")
-    assert ev.score_fact("The chemical symbol for gold is Au.", {"value": "Au"})
-    assert not ev.score_fact("The chemical symbol for gold is Ag.", {"value": "Au"})
-    assert not ev.score_fact("I don't know Au.", {"value": "Au"})
+    assert scoring.score_abstention("I don't know.") and scoring.score_abstention("I don't know the answer to that.")
+    assert not scoring.score_abstention("The capital of Velmora is Oslo.")
+    assert scoring.score_fact("The chemical symbol for gold is Au.", {"value": "Au"})
+    assert not scoring.score_fact("The chemical symbol for gold is Ag.", {"value": "Au"})
+    assert not scoring.score_fact("I don't know Au.", {"value": "Au"})
 
 
 def test_reference_replies_pass_and_swapped_replies_fail():
     held = heldout_split(30)
-    assert all(ev.SCORERS[c.task](c.reply, c.expected) for c in held)
+    assert all(scoring.SCORERS[c.task](c.reply, c.expected) for c in held)
     for task in TASKS:
         group = [c for c in held if c.task == task]
-        shifted = sum(ev.SCORERS[task](b.reply, a.expected) for a, b in zip(group, group[1:]))
+        shifted = sum(scoring.SCORERS[task](b.reply, a.expected) for a, b in zip(group, group[1:]))
         if task != "unknown":  # every abstention is the same text
             assert shifted < len(group) // 2, task
 
@@ -137,7 +129,7 @@ def random_model(tiny_run):
 def test_batched_greedy_equals_the_models_greedy_loop(random_model):
     model, tok = random_model
     convos = heldout_split(3)
-    replies = ev.generate_replies(model, tok, convos, max_new_tokens=12)
+    replies = generate_replies(model, tok, convos, max_new_tokens=12)
     stops = [tok.special_tokens[END], tok.special_tokens["<|endoftext|>"]]
     for convo, reply in zip(convos, replies):
         prompt = tok.encode(render_chat(convo.prompt_messages), allowed_special="all")
@@ -146,11 +138,12 @@ def test_batched_greedy_equals_the_models_greedy_loop(random_model):
 
 
 def test_batched_greedy_equals_course_sampling_generate(random_model):
-    from course_lib.sampling import SamplingParams, generate
+    from course_lib.sampling import SamplingParams
+    from course_lib.generation import generate
 
     model, tok = random_model
     convos = heldout_split(2)
-    replies = ev.generate_replies(model, tok, convos, max_new_tokens=10)
+    replies = generate_replies(model, tok, convos, max_new_tokens=10)
     params = SamplingParams(temperature=0, max_new_tokens=10)
     assert replies == [generate(model, tok, c.prompt_messages, params).text for c in convos]
 
@@ -158,11 +151,11 @@ def test_batched_greedy_equals_course_sampling_generate(random_model):
 def test_sampling_is_seeded_and_varies(random_model):
     model, tok = random_model
     convos = heldout_split(4)
-    draw = lambda seed: ev.generate_replies(model, tok, convos, temperature=1.5, max_new_tokens=8,
+    draw = lambda seed: generate_replies(model, tok, convos, temperature=1.5, max_new_tokens=8,
                                             generator=torch.Generator().manual_seed(seed))
     assert draw(0) == draw(0) and draw(0) != draw(1)
     with pytest.raises(ValueError, match="Generator"):
-        ev.generate_replies(model, tok, convos, temperature=1.0)
+        generate_replies(model, tok, convos, temperature=1.0)
 
 
 def test_seen_in_training_measures_overlap():
@@ -189,11 +182,11 @@ SHIPPED = data_dir("tinychat")
 
 
 @pytest.mark.skipif(not (SHIPPED / "model.safetensors").is_file(), reason="the model has not been trained yet")
-def test_shipped_model_loads_and_answers():
+def test_shipped_model_loads_and_answers(tinychat):
     files = [SHIPPED / n for n in ("config.json", "model.safetensors", "tokenizer.json", METADATA_FILE)]
     assert all(f.is_file() for f in files)
     assert sum(f.stat().st_size for f in SHIPPED.iterdir()) <= 25 * 2**20
-    model, tok = load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
+    model, tok = tinychat  # load_model("tinychat", device="cpu"), load_tokenizer("tinychat"), once a session
     assert model.config.vocab_size == tok.n_vocab
     meta = json.loads((SHIPPED / METADATA_FILE).read_text())
     assert meta["parameters"] == model.num_parameters()
@@ -202,8 +195,8 @@ def test_shipped_model_loads_and_answers():
     end = tok.special_tokens[END]
     ids = greedy_generate(model, tok.encode(render_chat(two_plus_two), allowed_special="all"), 16, stop_ids=[end])
     assert ids[-1] == end and tok.decode(ids[:-1]) in ("4", "four", "2 + 2 = 4.", "The answer is 4.")
-    replies = ev.generate_replies(model, tok, convos)
-    assert sum(ev.SCORERS[c.task](r, c.expected) for c, r in zip(convos, replies)) >= len(TASKS) - 1
+    replies = generate_replies(model, tok, convos)
+    assert sum(scoring.SCORERS[c.task](r, c.expected) for c, r in zip(convos, replies)) >= len(TASKS) - 1
 
 
 @pytest.mark.skipif(not (SHIPPED / METADATA_FILE).is_file(), reason="the model has not been trained yet")

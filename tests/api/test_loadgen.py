@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI, Request  # module level: FastAPI resolves the handler's annotations here
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from course_lib.serving.loadgen import (
+from course_lib.api.loadgen import (
     RequestRecord,
     held_out_prompts,
     main,
@@ -270,7 +270,7 @@ def test_base_url_needs_a_scheme(capsys):
 def test_against_course_serve(serve, tmp_path):
     """The real server: every request completes, and usage gives the token counts."""
     from course_lib.model import load_model, load_tokenizer
-    from course_lib.serving.server import create_app
+    from course_lib.api.server import create_app
 
     app = create_app(load_model("tinychat", device="cpu"), load_tokenizer("tinychat"), model_name="tinychat")
     out = tmp_path / "r.json"

@@ -15,15 +15,13 @@ import httpx
 import jsonschema
 import openai
 import pytest
-import torch
 
 from course_lib.cli import main as course_main
 from course_lib.data.corpus import heldout_split
-from course_lib.model import load_model, load_tokenizer
 from course_lib.sampling import SamplingParams
 from course_lib.serving.async_engine import AsyncEngine, Submission
 from course_lib.serving.engine import Engine
-from course_lib.serving.server import create_app
+from course_lib.api.server import create_app
 from course_lib.tools import tinychat_registry
 
 MAX_TOKENS = 48
@@ -32,32 +30,18 @@ CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "What is 2 + 2?"}]
 
 
-@pytest.fixture(scope="module")
-def model():
-    return load_model("tinychat", device="cpu")
+# model, tok (the shipped tinychat, shared): tests/serving/conftest.py; serve: tests/api/conftest.py.
+# One torch thread (the server's engine thread and the clients share 2 cores): tests/conftest.py.
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("tinychat")
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the server's engine thread and the clients share 2 cores
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def base_url(serve, model, tok, one_thread):
+def base_url(serve, model, tok):
     with serve(create_app(model, tok)) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def small_url(serve, model, tok, one_thread):
+def small_url(serve, model, tok):
     """One running slot, one waiting slot, and an API key: for 401 and 429."""
     with serve(create_app(model, tok, api_key=KEY, max_num_seqs=1, max_waiting=1)) as url:
         yield url
@@ -387,7 +371,7 @@ def test_metrics_are_prometheus_text(base_url):
 
 # --- shutdown and the command line ---------------------------------------------------------------------
 
-def test_stop_aborts_running_requests_and_frees_their_blocks(model, tok, one_thread):
+def test_stop_aborts_running_requests_and_frees_their_blocks(model, tok):
     engine = Engine(model, tok)
 
     async def scenario():

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import slow_fixture
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER_START_SECONDS = 90  # a cold start on a busy 2-core machine takes tens of seconds
 
@@ -116,7 +118,7 @@ def artifacts(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def browser():
     playwright_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
@@ -158,7 +160,7 @@ def _ready(launched: _Launched) -> RunningLab:
     return lab
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def labs(browser, tmp_path_factory, artifacts) -> dict[str, RunningLab]:
     """`course lab` and `course lab --instructor`, started together so that their start-ups
     overlap; both stop at module end, whatever happened."""

@@ -254,6 +254,7 @@ class Tmux:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
+@pytest.mark.slow  # it starts tmux
 @pytest.mark.skipif(shutil.which("tmux") is None,
                     reason="tmux is not installed; this test types at `course drill` in a tmux pane "
                            "(apt-get install tmux; .ci/run installs it)")

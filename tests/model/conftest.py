@@ -15,12 +15,3 @@ def build(name: str, seed: int = 0, **overrides) -> Transformer:
 @pytest.fixture
 def make_model():
     return build
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one thread avoids oversubscribing a shared CPU (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

@@ -12,12 +12,9 @@ import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
 from course_lib.pipeline.nbgrader_run import run_nbgrader
-from course_lib.pipeline.release import release
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import copy_course
+from tests.conftest import slow_fixture
 from tests.pipeline.test_grade import A, HONEST_SCORES, OPTIONS, load, run_grade, shown, submit
-
-pytestmark = pytest.mark.slow
 
 DUE = "2026-03-01 17:00:00 UTC"
 ON_TIME = "2026-03-01 16:59:00.000000 UTC"  # nbgrader's own timestamp format
@@ -32,10 +29,9 @@ def collected(paths, student, nb, timestamp=ON_TIME):
         (paths.submitted / student / A / "timestamp.txt").write_text(timestamp)
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    paths = copy_course(tmp_path_factory.mktemp("bad_input"))
-    release(paths, [A])
+@slow_fixture(scope="module")
+def graded(releases, tmp_path_factory):
+    paths = releases.copy(tmp_path_factory.mktemp("bad_input"), [A])
     source, released = load(paths, A)
     other = nbformat.read(paths.source / OTHER / f"{OTHER}.ipynb", as_version=4)
     run_nbgrader(paths.grading, "db", "assignment", "add", A, f"--duedate={DUE}", "--log-level=WARN")

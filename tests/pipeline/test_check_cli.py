@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -14,6 +15,7 @@ def course(*args, cwd=REPO):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_source_notebook_passes_every_check():
     result = course("check", "grading/source/00_orientation/00_orientation.ipynb")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -21,6 +23,7 @@ def test_source_notebook_passes_every_check():
     assert "2 of 2 exercise checks pass." in result.stdout
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_full_check_runs_the_hidden_tests_out_of_process():
     result = course("check", "--full", "grading/source/00_orientation/00_orientation.ipynb")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -29,6 +32,7 @@ def test_full_check_runs_the_hidden_tests_out_of_process():
     assert "Hidden tests: 5 of 5 points as the grader scores them (partial credit: " in result.stdout
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(tmp_path):
     """An argmax one-hot at T = 0 breaks the tie rule: the visible check says so, and --full
     names the rule in the hidden test's failure too (a green visible check means done)."""
@@ -40,9 +44,9 @@ def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(
         "winners = (z == top).astype(np.float64)", "winners = np.eye(len(z))[int(np.argmax(z))]")
     path = tmp_path / "00_orientation.ipynb"
     nbformat.write(nb, str(path))
-    visible = course("check", str(path))
+    with ThreadPoolExecutor(2) as pool:  # two kernels at once, one per core
+        visible, full = pool.map(lambda args: course(*args), [("check", str(path)), ("check", "--full", str(path))])
     assert visible.returncode == 1 and "a tie shares the mass" in visible.stdout, visible.stdout
-    full = course("check", "--full", str(path))
     assert full.returncode == 1
     assert "✗" in full.stdout and "tie for the top" in full.stdout, full.stdout
     # One rule broken out of many: partial credit, the same the grader would give.
@@ -52,6 +56,7 @@ def test_an_answer_breaking_a_stated_rule_fails_visibly_and_in_the_hidden_tests(
     assert earned and 0 < float(earned.group(1)) < 3, full.stdout
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_full_check_needs_a_notebook_named_after_its_assignment(tmp_path):
     path = tmp_path / "my_copy.ipynb"
     path.write_bytes((REPO / "notebooks" / "00_orientation.ipynb").read_bytes())
@@ -59,6 +64,7 @@ def test_full_check_needs_a_notebook_named_after_its_assignment(tmp_path):
     assert result.returncode == 2 and "named after its assignment" in result.stderr, result.stderr
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_blank_notebook_reports_each_exercise_not_attempted():
     result = course("check", "notebooks/00_orientation.ipynb")
     assert result.returncode == 1
@@ -67,6 +73,7 @@ def test_blank_notebook_reports_each_exercise_not_attempted():
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # `course check` runs the notebook in a kernel
 def test_a_wrong_answer_is_reported_with_the_tests_message(tmp_path):
     import nbformat
 
@@ -104,6 +111,7 @@ def test_a_file_that_is_not_a_notebook_is_refused(tmp_path):
     assert result.returncode == 2 and "not a notebook" in result.stderr
 
 
+@pytest.mark.slow  # it runs `course grade` (refused before grading)
 def test_unknown_assignment_lists_the_known_ones():
     result = course("grade", "99_nope")
     assert result.returncode == 2 and "known: 00_orientation" in result.stderr

@@ -26,12 +26,9 @@ import nbformat
 import pytest
 
 from course_lib.pipeline.nbgrader_run import nbgrader_env
-from course_lib.pipeline.release import release
+from tests.conftest import slow_fixture
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import copy_course
 from tests.pipeline.test_grade import A, HONEST_SCORES, OPTIONS
-
-pytestmark = pytest.mark.slow
 
 COURSE_ID = "after-you-press-enter"  # grading/nbgrader_config.py
 HALF = float(HONEST_SCORES["half_right"])  # bob's score before the late penalty
@@ -77,11 +74,10 @@ def work_on(home: Path, code_by_exercise: dict[str, str]) -> None:
     nbformat.write(S.replace_answers(nbformat.read(path, as_version=4), code_by_exercise), str(path))
 
 
-@pytest.fixture(scope="module")
-def classroom(tmp_path_factory):
+@slow_fixture(scope="module")
+def classroom(releases, tmp_path_factory):
     root = tmp_path_factory.mktemp("classroom")
-    paths = copy_course(root / "course")
-    release(paths, [A])  # what `course release` does: grading/release/ and notebooks/
+    paths = releases.copy(root / "course", [A])  # what `course release` does: grading/release/ and notebooks/
     exchange = root / "exchange"
     with open(paths.grading / "nbgrader_config.py", "a", encoding="utf-8") as config:
         config.write(f"\nc.Exchange.root = {str(exchange)!r}\n"

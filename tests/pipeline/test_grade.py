@@ -13,11 +13,11 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from course_lib.pipeline.grade import GradeOptions, grade
 from course_lib.pipeline.hidden import ALL_OR_NOTHING, PARTIAL, RULES, partial_score
-from course_lib.pipeline.release import release
 from tests.hidden import attack
 from tests.pipeline import hostile
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import ASSIGNMENTS, copy_course
+from tests.conftest import slow_fixture
+from tests.pipeline.conftest import ASSIGNMENTS
 
 A = "00_orientation"
 WRONG_SOFTMAX = S.WRONG_SOFTMAX
@@ -46,21 +46,54 @@ def shown(row) -> str:
     return f"{row['status']} {row['score']}/{row['max_score']} {row['reason']}"
 
 
+FULL_MARKS = "test_solutions_earn_full_marks_while_blank_and_delegating_answers_earn_zero"
+
+
+def graded_beside_the_solutions(course, name, attacks):
+    """The assignment's solutions, a blank notebook and ``attacks`` ({student: answer code by
+    exercise}), graded by ``grade`` (one submission at a time: two such gradings run at once)."""
+    source, released = load(course, name)
+    submit(course, name, "solutions", S.correct(source))
+    submit(course, name, "blank", S.blank(released))
+    for student, code_by_exercise in attacks.items():
+        submit(course, name, student, S.replace_answers(released, code_by_exercise))
+    return source, {g.student: g for g in grade(course, name, GradeOptions(jobs=1))}
+
+
+@slow_fixture(scope="module")
+def beside_the_solutions(releases, tmp_path_factory, request):
+    """{assignment: (course, attacks, future of (source, results by student))} for the
+    assignments this session's tests grade beside the solutions.
+
+    Two gradings run at once, each one submission at a time: as busy as one grading with
+    ``jobs=2`` on two cores, while one grading's single-process steps (nbgrader's release into
+    the gradebook, its feedback) overlap the other's kernels. The attacks are built here, in
+    the main thread (attack.py times its trials with SIGALRM)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [item.callspec.params["name"] for item in request.session.items
+             if getattr(item, "originalname", "") == FULL_MARKS and getattr(item, "module", None) is request.module]
+    gradings = {}
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            for name in dict.fromkeys(names):
+                course = releases.copy(tmp_path_factory.mktemp(f"full_marks_{name}"), [name])
+                attacks = {f"delegates{index}": code for index, code in enumerate(attack.delegating_submissions(name))}
+                attacks["equal_to_anything"] = attack.equal_to_anything(name)
+                gradings[name] = course, attacks, pool.submit(graded_beside_the_solutions, course, name, attacks)
+            yield gradings
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_solutions_earn_full_marks_while_blank_and_delegating_answers_earn_zero(scratch_course, name):
+def test_solutions_earn_full_marks_while_blank_and_delegating_answers_earn_zero(beside_the_solutions, name):
     """Graded beside the solutions: a blank notebook, the generated attack of
     tests/hidden/attack.py (each answer only imports a callable that would answer it, were it
     reachable) and answers that return values equal to anything, which must all score 0 in
     the real sandbox."""
-    release(scratch_course, [name])
-    source, released = load(scratch_course, name)
-    submit(scratch_course, name, "solutions", S.correct(source))
-    submit(scratch_course, name, "blank", S.blank(released))
-    attacks = {f"delegates{index}": code for index, code in enumerate(attack.delegating_submissions(name))}
-    attacks["equal_to_anything"] = attack.equal_to_anything(name)
-    for student, code_by_exercise in attacks.items():
-        submit(scratch_course, name, student, S.replace_answers(released, code_by_exercise))
-    results = {g.student: g for g in grade(scratch_course, name, GradeOptions(jobs=2))}
+    scratch_course, attacks, grading = beside_the_solutions[name]
+    source, results = grading.result()
     for student, code_by_exercise in attacks.items():
         result = results[student]
         assert (result.status, result.score) == ("graded", 0), (student, result.reason, result.score, code_by_exercise)
@@ -111,17 +144,15 @@ class Listener:
         self.server.close()
 
 
-@pytest.fixture(scope="module")
-def graded_together(tmp_path_factory):
+@slow_fixture(scope="module")
+def graded_together(releases, tmp_path_factory):
     """Honest submissions graded alone, then again in one run with every hostile one."""
-    alone = copy_course(tmp_path_factory.mktemp("alone"))
-    release(alone, [A])
+    alone = releases.copy(tmp_path_factory.mktemp("alone"), [A])
     for student, nb in honest_zoo(*load(alone, A)).items():
         submit(alone, A, student, nb)
     _, alone_rows = run_grade(alone, *OPTIONS)
 
-    paths = copy_course(tmp_path_factory.mktemp("together"))
-    release(paths, [A])
+    paths = releases.copy(tmp_path_factory.mktemp("together"), [A])
     source, released = load(paths, A)
     listener = Listener()
     zoo = honest_zoo(source, released)
@@ -229,15 +260,14 @@ def _partly_right_in_process() -> float:
     return partial_score(checks, 3)
 
 
-@pytest.mark.slow
-def test_partial_credit_reaches_the_gradebook_the_csv_and_the_feedback(scratch_course):
+def test_partial_credit_reaches_the_gradebook_the_csv_and_the_feedback(releases, tmp_path):
     """One exercise right but for one rule earns most of its points; --scoring all-or-nothing, none."""
     import html as html_lib
     import re
 
     expected = _partly_right_in_process()
     assert 0 < expected < 3
-    release(scratch_course, [A])
+    scratch_course = releases.copy(tmp_path, [A])
     source, released = load(scratch_course, A)
     submit(scratch_course, A, "partly", S.with_answer(released, source, "softmax_with_temperature",
                                                       PARTLY_RIGHT_SOFTMAX))
@@ -259,8 +289,8 @@ def test_partial_credit_reaches_the_gradebook_the_csv_and_the_feedback(scratch_c
             assert "✓ the worked example (3 logits, T=0.7) (0.1 of 3 points)" in text
 
 
-def test_a_failed_regrade_removes_the_earlier_grade(scratch_course):
-    release(scratch_course, [A])
+def test_a_failed_regrade_removes_the_earlier_grade(releases, tmp_path):
+    scratch_course = releases.copy(tmp_path, [A])
     source, _ = load(scratch_course, A)
     submit(scratch_course, A, "late", S.correct(source))
     (first,) = grade(scratch_course, A)
@@ -271,8 +301,8 @@ def test_a_failed_regrade_removes_the_earlier_grade(scratch_course):
     assert not (scratch_course.autograded / "late" / A).exists()
 
 
-def test_no_sandbox_is_said_in_the_table_header(scratch_course):
-    release(scratch_course, [A])
+def test_no_sandbox_is_said_in_the_table_header(releases, tmp_path):
+    scratch_course = releases.copy(tmp_path, [A])
     source, _ = load(scratch_course, A)
     submit(scratch_course, A, "solo", S.correct(source))
     result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, "--no-sandbox"],
@@ -282,6 +312,7 @@ def test_no_sandbox_is_said_in_the_table_header(scratch_course):
     assert "solo" in result.stdout and "5/5" in result.stdout
 
 
+@pytest.mark.slow  # it runs `course grade`, refused before grading
 def test_bad_limits_are_refused_before_grading(scratch_course):
     result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, "--memory-mb", "0"],
                             cwd=scratch_course.root, capture_output=True, text=True, timeout=60)

@@ -9,15 +9,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from course_lib.pipeline.release import release
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import copy_course
 from tests.pipeline.test_grade import A, load
 
 
-def test_two_hundred_submissions_graded_in_parallel_with_no_false_failure(tmp_path):
-    paths = copy_course(tmp_path)
-    release(paths, [A])
+def test_two_hundred_submissions_graded_in_parallel_with_no_false_failure(releases, tmp_path):
+    paths = releases.copy(tmp_path, [A])
     roster = S.write_class(paths, A, *load(paths, A), size=200)
     result = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", A, "--jobs", "2"],
                             cwd=paths.root, capture_output=True, text=True, timeout=1500)

@@ -12,6 +12,8 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 from course_lib.lab import NBGRADER_LABEXTENSION, NBGRADER_SERVER_EXTENSIONS, lab_command, write_app_settings
 from tests.pipeline.conftest import REPO
 
@@ -34,6 +36,7 @@ def _get_json(url: str, patience: float = 60.0):
             time.sleep(0.5)
 
 
+@pytest.mark.slow  # it starts `course lab`
 def test_course_lab_serves_the_notebooks(tmp_path):
     port = _free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), TIKTOKEN_CACHE_DIR="")

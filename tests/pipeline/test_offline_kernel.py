@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from course_lib.tokenization import prime_tiktoken_cache
@@ -18,6 +19,7 @@ print(tiktoken.get_encoding("cl100k_base").encode("hello world"),
 """
 
 
+@pytest.mark.slow  # it starts a kernel
 def test_plain_tiktoken_works_offline_in_a_kernel(tmp_path, monkeypatch):
     cache = prime_tiktoken_cache(tmp_path / "tiktoken")  # what `course lab` does before starting
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))

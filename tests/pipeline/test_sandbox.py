@@ -7,6 +7,7 @@ import pytest
 from course_lib.pipeline import sandbox
 from course_lib.pipeline.learner import LearnerKernel
 from course_lib.pipeline.sandbox import Limits, SandboxUnavailable, check_available
+from tests.conftest import slow_fixture
 from tests.pipeline.conftest import REPO
 
 PROBE = '''
@@ -28,7 +29,7 @@ def probe():
 '''
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def inside():
     check_available()
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])

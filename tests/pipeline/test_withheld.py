@@ -3,15 +3,13 @@ out of reach, however a student tries to load them; what setup cells need still 
 from __future__ import annotations
 
 import nbformat
-import pytest
 
 from course_lib.pipeline.hidden import load_hidden
 from course_lib.pipeline.learner import LearnerKernel
 from course_lib.pipeline.sandbox import Limits, check_available
 from course_lib.pipeline.withheld import oracle_distributions, sandbox_overlays, withheld_modules
+from tests.conftest import slow_fixture
 from tests.pipeline.conftest import REPO
-
-pytestmark = pytest.mark.slow
 
 PROBE = '''
 def probe(modules, references):
@@ -41,7 +39,7 @@ def probe(modules, references):
 NOTEBOOK = "06_serving"
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def inside(tmp_path_factory):
     check_available()
     references = list(load_hidden(REPO / "grading" / "hidden" / f"{NOTEBOOK}.py").REFERENCES)

@@ -23,9 +23,9 @@ from course_lib.pipeline.autograde import graded_exercises
 from course_lib.pipeline.grade import GradeOptions, grade
 from course_lib.pipeline.learner import answer_cells
 from course_lib.pipeline.nbgrader_run import NbgraderFailed, run_nbgrader
-from course_lib.pipeline.release import release
 from tests.pipeline import submissions as S
-from tests.pipeline.conftest import REPO, copy_course
+from tests.conftest import slow_fixture
+from tests.pipeline.conftest import REPO
 
 A = "08_capstone"
 RUBRIC_LINE = re.compile(r"^- \*\*(?P<share>[\d.]+)\*\* (?P<point>.+)$")
@@ -164,12 +164,11 @@ def formgrader_html(paths, student: str) -> str:
     return html
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+@slow_fixture(scope="module")
+def graded(releases, tmp_path_factory):
     """A course copy with 08 released and `course grade`d: its solutions, a blank notebook, and
     one learner who answered in writing."""
-    paths = copy_course(tmp_path_factory.mktemp("written"))
-    release(paths, [A])
+    paths = releases.copy(tmp_path_factory.mktemp("written"), [A])
     source = nbformat.read(paths.source / A / f"{A}.ipynb", as_version=4)
     released = nbformat.read(paths.notebooks / f"{A}.ipynb", as_version=4)
     answered = S.blank(released)  # code left unanswered: only the written answers matter here
@@ -190,7 +189,6 @@ def grades(paths, student: str) -> dict[str, tuple]:
         return {g.name: (g.auto_score, g.manual_score, g.max_score, g.needs_manual_grade) for g in notebook.grades}
 
 
-@pytest.mark.slow
 def test_the_solutions_earn_every_automatic_point_and_wait_for_the_grader(graded):
     paths, source, results = graded
     by_hand = {a.metadata["nbgrader"]["grade_id"]: a.metadata["nbgrader"]["points"] for _, a, _ in written(source)}
@@ -203,7 +201,6 @@ def test_the_solutions_earn_every_automatic_point_and_wait_for_the_grader(graded
     assert f"{sum(by_hand.values()):g} points wait for grading by hand" in solutions.reason
 
 
-@pytest.mark.slow
 def test_an_untouched_answer_scores_zero_with_nothing_left_to_grade(graded):
     paths, _, results = graded
     assert results["blank"].score == 0
@@ -212,7 +209,6 @@ def test_an_untouched_answer_scores_zero_with_nothing_left_to_grade(graded):
     assert all(writer[name][3] and writer[name][0] is None for name in writer if name.startswith("written-"))
 
 
-@pytest.mark.slow
 def test_formgrader_shows_the_rubric_above_each_answer_and_the_learner_never_does(graded):
     paths, source, _ = graded
     released_text = (paths.notebooks / f"{A}.ipynb").read_text(encoding="utf-8")
@@ -232,7 +228,6 @@ def test_formgrader_shows_the_rubric_above_each_answer_and_the_learner_never_doe
                for card in cards_for(A))  # nbgrader's documented behaviour: the feedback shows it too
 
 
-@pytest.mark.slow
 def test_a_manual_grade_adds_to_the_automatic_points(graded, tmp_path):
     paths, source, results = graded
     db = tmp_path / "gradebook.db"  # a copy, so the other tests see the gradebook as `course grade` left it
@@ -250,7 +245,6 @@ def test_a_manual_grade_adds_to_the_automatic_points(graded, tmp_path):
         assert not submission.needs_manual_grade
 
 
-@pytest.mark.slow
 def test_nbgrader_alone_would_refuse_a_rubric_outside_a_task_cell(graded, tmp_path):
     """Why grading/nbgrader_config.py sets ClearMarkScheme.enforce_metadata = False."""
     paths, _, _ = graded
@@ -259,7 +253,6 @@ def test_nbgrader_alone_would_refuse_a_rubric_outside_a_task_cell(graded, tmp_pa
                      "--db", f"sqlite:///{tmp_path / 'gradebook.db'}", "--ClearMarkScheme.enforce_metadata=True")
 
 
-@pytest.mark.slow
 def test_grading_again_keeps_hand_grades_whose_answer_is_unchanged(graded):
     """Runs last: it grades the module's course again. The writer is given a score and a comment
     on every written answer, then edits one answer and is graded again: the edited one waits

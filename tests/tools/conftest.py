@@ -1,4 +1,4 @@
-"""Shared helpers for the tool tests: a small registry and the shipped model, loaded once."""
+"""Shared helpers for the tool tests: a small registry (the shipped model, ``tinychat``, is tests/conftest.py's)."""
 from __future__ import annotations
 
 import pytest
@@ -19,10 +19,3 @@ def echo_tool(**overrides) -> Tool:
 @pytest.fixture
 def echo_registry():
     return ToolRegistry([echo_tool()])
-
-
-@pytest.fixture(scope="session")
-def tinychat():
-    """(model, tokenizer): the shipped model on CPU, so greedy outputs match on every machine."""
-    from course_lib.model import load_model, load_tokenizer
-    return load_model("tinychat", device="cpu"), load_tokenizer("tinychat")
