@@ -1,6 +1,6 @@
 """The engine against generate(): the same greedy tokens, whatever the batching does.
 
-Oracle: ``course_lib.generation.generate`` (one request, contiguous KV cache). Every engine
+Oracle: ``course_lib.generation.generate`` (one request alone, in an engine sized for it). Every engine
 configuration (big pool, a pool so small it preempts, a token budget so small it chunks every
 prefill, prefix caching over a shared system prompt) must reproduce it token for token.
 """
