@@ -38,6 +38,7 @@ def enum_allowed_tokens(fn) -> None:
     expect_equal("after b'n': b'o' (for 'no' and 'none')", run(b"n"), [6])
     expect_equal("after b'may': b'be' completes 'maybe'; b'maybe!' is too long", run(b"may"), [8])
     expect_equal("after b'x' (no option starts so): nothing, not even the end token", run(b"x"), [])
+    expect_equal("no options at all: nothing, not even the end token", run(b"", options=[]), [])
     expect_equal("option 'yes' after b'y': b'es' only; a special token's b'' is not text", run(b"y", options=["yes"]),
                  [1], hint="skip every token whose bytes are b''; only eos_id may be added, by the eos rule")
     cafe = [b"caf", b"\xc3", b"\xa9", b"\xc3\xa9", b"e", b""]  # b"\xc3" is half of "é"
@@ -45,9 +46,9 @@ def enum_allowed_tokens(fn) -> None:
                  [1, 3, 4], hint="compare bytes, not decoded text: a token may end inside a character")
     expect_equal("after b'caf\\xc3': the other half of the é", run(b"caf\xc3", ["café", "cafe"], cafe, 5), [2])
     expect_equal("after the whole 'café': the end token", run("café".encode(), ["café", "cafe"], cafe, 5), [5])
-    result = fn(["no", "yes"], [b"yes", b"no", b"", b"y"], b"", 2)
-    expect_equal("the result is a sorted list", (type(result).__name__, result), ("list", [0, 1, 3]),
-                 hint="return sorted(ids)")
+    result = fn(["no", "none"], [b"ne", b"", b"n"], b"no", 1)
+    expect_equal("the result is a sorted list, the end token in its place", (type(result).__name__, result),
+                 ("list", [0, 1, 2]), hint="return sorted(ids), after adding eos_id")
     # The same rule over the course model's whole vocabulary, against the course's RegexGuide.
     from course_lib.model import load_tokenizer
     from course_lib.structured.guide import RegexGuide
@@ -125,6 +126,10 @@ def constrained_sample(fn) -> None:
                  draws(top, legal, SamplingParams(temperature=1.0, top_k=1), 1, 20), [2] * 20)
     expect_equal("min-p 0.5 is measured against the best allowed token (20 draws)",
                  draws(top, legal, SamplingParams(temperature=1.0, min_p=0.5), 2, 20), [2] * 20)
+    # At T = 1 top-p 0.7 keeps only the first of [2, 0.5, 0, -1]; tempered to T = 3 first, it keeps several.
+    tempered = draws([2.0, 0.5, 0.0, -1.0], [True] * 4, SamplingParams(temperature=3.0, top_p=0.7), 9, 40)
+    expect_equal("temperature before top-p: at T = 3 the nucleus of top_p = 0.7 holds more than one token (40 draws)",
+                 len(set(tempered)) > 1, True, hint="apply_temperature first, then top-k, top-p and min-p")
     spread = [0.5, 0.1, 0.3, 0.2, 0.0, 0.4]
     mask = [True, False, True, True, False, True]
     for seed, params in ((3, SamplingParams(temperature=1.0)), (4, SamplingParams(temperature=1.5, top_p=0.9)),
@@ -148,9 +153,15 @@ def constrained_sample(fn) -> None:
                  _uniforms(8, 1)[0], hint="at T = 0 return the argmax before any sampling")
     expect_equal("returns a Python int", type(fn(torch.tensor(z), torch.tensor(allowed), SamplingParams(temperature=0),
                                                  None)).__name__, "int")
+    expect_equal("returns a Python int when it samples (T > 0) too",
+                 type(fn(torch.tensor(z), torch.tensor(allowed), SamplingParams(temperature=1.0),
+                         torch.Generator().manual_seed(0))).__name__, "int", hint="int(sample_from_probs(...))")
     expect_raises("no allowed token at all raises ValueError",
                   lambda: fn(torch.tensor(z), torch.tensor([False] * 4), SamplingParams(temperature=1.0),
                              torch.Generator().manual_seed(0)), ValueError)
+    expect_raises("no allowed token at all raises ValueError, greedy (T = 0) too",
+                  lambda: fn(torch.tensor(z), torch.tensor([False] * 4), SamplingParams(temperature=0), None),
+                  ValueError, hint="check allowed.any() before the greedy shortcut")
 
 
 # -- exercise 4: the constrained decode loop ---------------------------------------------------
@@ -229,6 +240,13 @@ def constrained_decode(fn) -> None:
     expect_equal("max_new_tokens = 5 is too few: finish reason 'length', value None, 5 tokens",
                  (short.get("finish_reason"), short.get("value"), len(short.get("token_ids", ()))), ("length", None, 5),
                  hint="after the loop, return the partial text with value None: never hand back half an object")
+    expect_equal("... and the text is all 5 tokens decoded", short.get("text"),
+                 tokenizer.decode(expected["token_ids"][:5]))
+    whole = len(expected["token_ids"]) - 1  # every token of the greedy answer but the end token
+    cut = run(easy, 0, whole, 0)
+    expect_equal(f"max_new_tokens = {whole} ends on a complete object, before the end token: 'length', value None",
+                 (cut.get("finish_reason"), cut.get("value"), cut.get("text")), ("length", None, expected["text"]),
+                 hint="only the end token finishes a reply: after the loop the value is None, even if the text parses")
 
 
 # -- exercise 5: a capped retry loop -----------------------------------------------------------
@@ -255,6 +273,13 @@ def retry_until_valid(fn) -> None:
     propose, seen = _scripted(['{"amount": 7.5}'])
     expect_equal("a valid first reply: (value, 1)", fn(propose, _amount_validator, given), ({"amount": 7.5}, 1))
     expect_equal("... after one call to propose", len(seen), 1)
+
+    def in_cents(text):
+        return round(_amount_validator(text)["amount"] * 100)
+
+    expect_equal("the value is what validate returns (here cents), not the parsed reply",
+                 fn(_scripted(['{"amount": 7.5}'])[0], in_cents, given), (750, 1),
+                 hint="return validate(text), attempt: the validator decides what the value is")
     bad1, bad2, good = '{"amount": "7.50"', '{"amount": -7.5}', '{"amount": 7.5}'
     propose, seen = _scripted([bad1, bad2, good])
     expect_equal("two bad replies, then a good one (max_retries=2): (value, 3)",
@@ -311,6 +336,10 @@ def _tools(ran):
         ran.append(("cancel", order_id))
         raise RuntimeError("the order service timed out")
 
+    def archive(order_id):
+        ran.append(("archive", order_id))
+        return {"archived": order_id}
+
     def schema(**properties):
         return {"type": "object", "properties": properties, "required": list(properties),
                 "additionalProperties": False}
@@ -323,6 +352,9 @@ def _tools(ran):
                    "fn": refund, "permission": "refunds:write", "side_effects": True},
         "cancel": {"parameters": schema(order_id={"type": "string"}), "fn": cancel,
                    "permission": None, "side_effects": True},
+        "archive": {"parameters": schema(order_id={"type": "string"}), "fn": archive,
+                    "permission": None, "side_effects": True},
+        "ping": {"parameters": {}, "fn": lambda **kwargs: "pong", "permission": None, "side_effects": False},
     }
 
 
@@ -346,62 +378,80 @@ def dispatch(fn) -> None:
     tools = _tools(ran)
     admin = {"refunds:write"}
     expect_equal("a valid call runs: ok, content = json.dumps(return value), error None",
-                 fn(_call("get_weather", {"city": "Oslo"}), tools, set(), store),
+                 fn(_call("get_weather", {"city": "Oslo"}), tools, set(), store, "alice"),
                  {"ok": True, "content": json.dumps({"city": "Oslo", "temperature_c": 18}), "error": None})
-    expect_equal("a tool that is not registered: unknown_tool", _kind(fn(_call("delete_account", {}), tools, admin, store)),
+    expect_equal("a tool that is not registered: unknown_tool", _kind(fn(_call("delete_account", {}), tools, admin, store, "alice")),
                  (False, "unknown_tool"), hint="check the name against tools first")
     ran.clear()
-    expect_equal("arguments that are not JSON: invalid_arguments", _kind(fn(_call("get_weather", "{city: Oslo"), tools, set(), store)),
+    expect_equal("arguments that are not JSON: invalid_arguments", _kind(fn(_call("get_weather", "{city: Oslo"), tools, set(), store, "alice")),
                  (False, "invalid_arguments"))
     expect_equal("a fabricated extra argument fails the schema: invalid_arguments",
-                 _kind(fn(_call("get_weather", {"city": "Oslo", "units": "kelvin"}), tools, set(), store)),
+                 _kind(fn(_call("get_weather", {"city": "Oslo", "units": "kelvin"}), tools, set(), store, "alice")),
                  (False, "invalid_arguments"), hint="validate the parsed arguments with jsonschema before running")
     expect_equal("an amount of -5 fails the schema: invalid_arguments",
-                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": -5}, "k0"), tools, admin, store)),
+                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": -5}, "k0"), tools, admin, store, "alice")),
                  (False, "invalid_arguments"))
     expect_equal("... and no tool ran", ran, [])
     expect_equal("refund without the permission: permission_denied",
-                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}, "k1"), tools, set(), store)),
+                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}, "k1"), tools, set(), store, "alice")),
                  (False, "permission_denied"))
     expect_equal("... and the refund did not run", ran, [], hint="check the permission before calling fn")
     expect_equal("a side-effecting call without an idempotency key: missing_idempotency_key",
-                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}), tools, admin, store)),
+                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}), tools, admin, store, "alice")),
                  (False, "missing_idempotency_key"))
-    first = fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store)
+    first = fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store, "alice")
     expect_equal("with the permission and a key: the refund runs once", (first, ran),
                  ({"ok": True, "content": json.dumps({"order_id": "A1234", "refunded": 20}), "error": None},
                   [("refund", "A1234", 20)]))
-    again = fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store)
+    again = fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store, "alice")
     expect_equal("the same key again: the stored result, and the refund does not run again", (again, len(ran)),
                  (first, 1), hint="look the key up in store before running; store the result after running")
     expect_equal("the same key with other arguments: idempotency_conflict, nothing runs",
-                 (_kind(fn(_call("refund", {"order_id": "A1234", "amount": 99}, "ticket-7"), tools, admin, store)), len(ran)),
+                 (_kind(fn(_call("refund", {"order_id": "A1234", "amount": 99}, "ticket-7"), tools, admin, store, "alice")), len(ran)),
                  ((False, "idempotency_conflict"), 1))
     reordered = '{"amount": 20, "order_id": "A1234"}'  # the same arguments, keys in another order
     expect_equal("the same key, the same arguments in another key order: the stored result, no run",
-                 (fn(_call("refund", reordered, "ticket-7"), tools, admin, store), len(ran)), (first, 1),
+                 (fn(_call("refund", reordered, "ticket-7"), tools, admin, store, "alice"), len(ran)), (first, 1),
                  hint="compare the parsed arguments (dicts), not the JSON strings")
     expect_equal("the same key for another tool: idempotency_conflict, nothing runs",
-                 (_kind(fn(_call("cancel", {"order_id": "A1234"}, "ticket-7"), tools, admin, store)), len(ran)),
+                 (_kind(fn(_call("cancel", {"order_id": "A1234"}, "ticket-7"), tools, admin, store, "alice")), len(ran)),
                  ((False, "idempotency_conflict"), 1), hint="store the tool's name with the arguments and compare both")
-    fn(_call("get_weather", {"city": "Oslo"}, "w-1"), tools, set(), store)
-    fn(_call("get_weather", {"city": "Oslo"}, "w-1"), tools, set(), store)
-    expect_equal("a tool without side effects runs every time, even with a repeated key", len(ran), 3,
+    fn(_call("archive", {"order_id": "B2000"}, "arch-1"), tools, admin, store, "alice")
+    expect_equal("the same key and the same arguments for another tool: idempotency_conflict, nothing runs",
+                 (_kind(fn(_call("cancel", {"order_id": "B2000"}, "arch-1"), tools, admin, store, "alice")), len(ran)),
+                 ((False, "idempotency_conflict"), 2), hint="compare the stored name too, not only the arguments")
+    theirs = fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store, "bob")
+    expect_equal("another caller sending alice's key starts its own request: the refund runs for bob",
+                 (theirs, len(ran)), (first, 3),
+                 hint="keys belong to their caller: look up and store (caller, key), never the key alone")
+    expect_equal("bob's retry with that key returns bob's stored result, no run",
+                 (fn(_call("refund", {"order_id": "A1234", "amount": 20}, "ticket-7"), tools, admin, store, "bob"),
+                  len(ran)), (theirs, 3))
+    expect_equal("a third caller reusing alice's key for other arguments is no conflict: it runs",
+                 (_kind(fn(_call("refund", {"order_id": "A1234", "amount": 99}, "ticket-7"), tools, admin, store,
+                           "carol")), len(ran)), ((True, None), 4), hint="store[(caller, key)], not store[key]")
+    ran.clear()
+    fn(_call("get_weather", {"city": "Oslo"}, "w-1"), tools, set(), store, "alice")
+    fn(_call("get_weather", {"city": "Oslo"}, "w-1"), tools, set(), store, "alice")
+    expect_equal("a tool without side effects runs every time, even with a repeated key", len(ran), 2,
                  hint="the idempotency store is only for tools with side_effects True")
+    expect_equal("JSON that is not an object is invalid_arguments, even when the schema allows any value",
+                 _kind(fn(_call("ping", "[1, 2]"), tools, set(), store, "alice")), (False, "invalid_arguments"),
+                 hint="json.loads gives a list or a number just as happily: check isinstance(arguments, dict)")
     expect_equal("order of checks: an unknown tool with bad arguments is unknown_tool",
-                 _kind(fn(_call("wire_money", "not json"), tools, set(), store)), (False, "unknown_tool"))
+                 _kind(fn(_call("wire_money", "not json"), tools, set(), store, "alice")), (False, "unknown_tool"))
     expect_equal("order of checks: bad arguments and no permission is invalid_arguments",
-                 _kind(fn(_call("refund", {"order_id": "nope", "amount": 20}, "k2"), tools, set(), store)),
+                 _kind(fn(_call("refund", {"order_id": "nope", "amount": 20}, "k2"), tools, set(), store, "alice")),
                  (False, "invalid_arguments"), hint="allow-list, arguments, permission, idempotency key, then run")
     expect_equal("order of checks: no permission and no key is permission_denied",
-                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}), tools, set(), store)),
+                 _kind(fn(_call("refund", {"order_id": "A1234", "amount": 20}), tools, set(), store, "alice")),
                  (False, "permission_denied"))
     ran.clear()
-    failed = fn(_call("cancel", {"order_id": "A1234"}, "cancel-1"), tools, set(), store)
+    failed = fn(_call("cancel", {"order_id": "A1234"}, "cancel-1"), tools, set(), store, "alice")
     expect_equal("a tool that raises: tool_error (a result, not a crash)", _kind(failed), (False, "tool_error"),
                  hint="wrap fn(**arguments) in try/except Exception")
     expect_equal("retrying the failed side-effecting call with its key returns the stored error, no second run",
-                 (fn(_call("cancel", {"order_id": "A1234"}, "cancel-1"), tools, set(), store), len(ran)), (failed, 1),
+                 (fn(_call("cancel", {"order_id": "A1234"}, "cancel-1"), tools, set(), store, "alice"), len(ran)), (failed, 1),
                  hint="store the result of a side-effecting call whether it succeeded or failed")
 
 
@@ -445,8 +495,8 @@ HINTS = {
         "and return from each check in the order given.",
         "Parse the arguments with json.loads (catch ValueError), check it is a dict, then "
         "`jsonschema.Draft202012Validator(tool['parameters']).is_valid(arguments)`.",
-        "For a side-effecting tool: no key -> refuse; key in store -> compare the stored (name, arguments) and "
-        "return the stored result or a conflict; otherwise run fn(**arguments) in try/except and store "
-        "(name, arguments, result) under the key, success or failure.",
+        "For a side-effecting tool: no key -> refuse; (caller, key) in store -> compare the stored (name, "
+        "arguments) and return the stored result or a conflict; otherwise run fn(**arguments) in try/except and "
+        "store (name, arguments, result) under (caller, key), success or failure.",
     ],
 }

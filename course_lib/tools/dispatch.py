@@ -5,6 +5,8 @@
 3. permission: the caller holds the tool's permission               -> "permission_denied"
 4. idempotency: a side-effecting tool needs a key; a repeated key   -> "missing_idempotency_key"
    returns the first outcome, a reused key with other arguments     -> "idempotency_conflict"
+   Keys belong to their caller: the store holds (caller, key), so one caller that sends another's
+   key starts its own request instead of reading the other's stored result.
 
 Then ``fn(**arguments)`` runs; an exception it raises becomes a result ("tool_error"), never a
 crash, because the error goes back to the model as a tool message it can react to.
@@ -74,11 +76,13 @@ def check_permissions(permissions: object) -> frozenset[str]:
 
 class Dispatcher:
     def __init__(self, registry: ToolRegistry, *,
-                 idempotency_store: MutableMapping[str, IdempotencyEntry] | None = None, max_error_chars: int = 300):
+                 idempotency_store: MutableMapping[tuple[str | None, str], IdempotencyEntry] | None = None,
+                 max_error_chars: int = 300):
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
         self.registry = registry
-        # Shared stores (one per user session, or a database table) make keys hold across dispatchers.
+        # Shared stores (a database table) make keys hold across dispatchers; entries are keyed
+        # by (caller, key), so sharing a store never lets one caller replay another's outcome.
         self.idempotency_store = {} if idempotency_store is None else idempotency_store
         self.max_error_chars = check_max_error_chars(max_error_chars)
 
@@ -103,14 +107,19 @@ class Dispatcher:
         return arguments, None
 
     def dispatch(self, call: ToolCall, *, permissions: Collection[str] = frozenset(),
-                 idempotency_key: str | None = None) -> ToolResult:
-        """Check ``call`` and run it if every check passes; always returns a ToolResult."""
+                 idempotency_key: str | None = None, caller: str | None = None) -> ToolResult:
+        """Check ``call`` and run it if every check passes; always returns a ToolResult.
+
+        ``caller`` names who sent the call (a user or session id; None for a single-user
+        dispatcher): idempotency keys are looked up and stored per caller, never globally."""
         if not isinstance(call, ToolCall):
             raise TypeError(f"dispatch takes a ToolCall, got {type(call).__name__}; "
                             "parse the model's text with parse_tinychat_tool_call first")
         held = check_permissions(permissions)
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
             raise TypeError(f"idempotency_key must be a non-empty str or None, got {idempotency_key!r}")
+        if caller is not None and (not isinstance(caller, str) or not caller):
+            raise TypeError(f"caller must be a non-empty str or None, got {caller!r}")
 
         if call.name not in self.registry:
             known = ", ".join(self.registry.names) or "(none)"
@@ -128,7 +137,8 @@ class Dispatcher:
                 return self._error(call, "missing_idempotency_key",
                                    f"{tool.name} changes state, so every call needs an idempotency key "
                                    "(pass idempotency_key=...; reuse it when retrying the same request)")
-            stored = self.idempotency_store.get(idempotency_key)
+            scoped = (caller, idempotency_key)  # a key answers only the caller that first sent it
+            stored = self.idempotency_store.get(scoped)
             if stored is not None:
                 if stored.request != request:
                     return self._error(call, "idempotency_conflict",
@@ -140,7 +150,7 @@ class Dispatcher:
         if tool.side_effects:
             # Stored whether it succeeded or failed: once fn has started we cannot know how much
             # of its side effect happened, so a retry must not run it again (payment APIs agree).
-            self.idempotency_store[idempotency_key] = IdempotencyEntry(request, result)
+            self.idempotency_store[scoped] = IdempotencyEntry(request, result)
         return result
 
     def _run(self, call: ToolCall, fn, arguments: dict[str, Any]) -> ToolResult:

@@ -9,12 +9,12 @@
 # things that code still cannot promise.
 #
 # **By the end of this notebook you can**
-# - say what constrained decoding guarantees (every output parses and fits the schema) and
-#   what it does not (that the values are true);
+# - say what constrained decoding guarantees (every output that ends on the end token parses
+#   and fits the schema) and what it does not (that the values are true);
 # - build a token mask from a small constraint, compile regexes and JSON Schemas into
 #   automata, and explain why the automaton has to read bytes rather than characters;
 # - put the mask in the right place in the sampler and write the constrained decode loop
-#   that always returns valid JSON from the course model;
+#   that returns valid JSON from the course model whenever it ends on the end token;
 # - measure validity with and without the mask, and what the mask costs per token;
 # - write a capped retry loop that feeds the error back, and a tool dispatcher that checks
 #   the allow-list, the arguments, the permission and an idempotency key before anything runs;
@@ -127,9 +127,15 @@ for sample in samples:
 # JSON, and over more draws some replies break the schema instead (we count them below). And
 # one of them fits the schema perfectly and names the wrong guest: keep that one in mind.
 # Lowering the temperature makes failures rarer, not impossible, and every model, however
-# large, slips now and then. Saying "respond in JSON" in the prompt has the same limit. An application needs two guarantees it can build on:
+# large, slips now and then. Saying "respond in JSON" in the prompt has the same limit. An
+# application needs two guarantees it can build on:
 #
-# 1. **The output parses and fits the schema**, every time.
+# 1. **The output parses and fits the schema**, every time. Constrained decoding gives this
+#    with two conditions attached, which the rest of the notebook shows: generation must end
+#    on the end token (a reply cut off by `max_new_tokens` is unfinished, valid or not), and
+#    the grammar the decoder follows is a *subset* of the schema (keys in one fixed order,
+#    whitespace bounded), so everything it lets through fits the schema, but not every
+#    record that fits the schema can come out.
 # 2. **A tool call is checked by code before anything runs**: the tool exists, the arguments
 #    fit its signature, the caller is allowed, and a retry cannot do the same thing twice.
 #
@@ -145,7 +151,8 @@ for sample in samples:
 # for each token of the vocabulary, whether appending it keeps the invariant, and bans the
 # tokens that do not. The end token is allowed only when the text so far is already a whole
 # string of the language. If generation then stops on the end token, the output is in the
-# language by construction: no parser needed to find out, no retry.
+# language by construction: no parser needed to find out, no retry. If it stops because the
+# token budget ran out, the text is only a live prefix, and nothing is guaranteed.
 #
 # Start with the smallest constraint: a choice between a few strings. Which tokens may come
 # next after the model has written `n`, when the options are `yes`, `no`, `none` and
@@ -328,7 +335,8 @@ for data in (b"caf", "caf".encode() + "é".encode()[:1], "café".encode(), "€"
 # - `table[s][b]` is the state after byte `b` (0-255) from state `s`, and `-1` means dead.
 #   `table` is either a list of lists or a NumPy array of shape `(S, 256)`; index it the
 #   same way for both.
-# - Read the bytes of `token` in order and return the state (an int) after the last one.
+# - Read the bytes of `token` in order and return the state after the last one (an
+#   integer: a Python `int` or a NumPy integer).
 # - Return `None` as soon as a byte leads to `-1`, without reading further (in Python
 #   `table[-1]` is the *last row*, so going on from a dead state gives nonsense).
 # - An empty token returns `state` unchanged. State 0 is the start state, an ordinary
@@ -382,15 +390,21 @@ print("some allowed:", [tokenizer.decode([t]) for t in mine[:5]], "... banned, e
 # row:
 
 # %%
-n_repeats = 20
-start = time.perf_counter()
-for _ in range(n_repeats):
-    brute_force_mask(middle)
-brute_seconds = (time.perf_counter() - start) / n_repeats
-start = time.perf_counter()
-for _ in range(1000):
-    booking_guide.mask(middle)
-lookup_seconds = (time.perf_counter() - start) / 1000
+def median_seconds(fn, number, repeats=5):
+    """Seconds per call of fn: one warm-up call, then the median of `repeats` timings of `number` calls
+    (the median, so one slow run on a busy machine does not move it)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return float(np.median(times))
+
+
+brute_seconds = median_seconds(lambda: brute_force_mask(middle), number=4)
+lookup_seconds = median_seconds(lambda: booking_guide.mask(middle), number=200)
 print(f"brute force over {vocab.size} tokens: {brute_seconds * 1e3:.2f} ms per step")
 print(f"the guide's row lookup:          {lookup_seconds * 1e6:.1f} µs per step "
       f"({brute_seconds / lookup_seconds:.0f}x faster)")
@@ -410,12 +424,26 @@ answer_schema = {"type": "object", "properties": {"answer": {"type": "integer", 
 print(schema_to_regex(answer_schema, whitespace=""))
 print("with the default whitespace (at most one space between tokens):")
 print(schema_to_regex(answer_schema))
+booking_grammar = compile_regex(schema_to_regex(BOOKING_SCHEMA))
+record = {"name": "Patel", "party_size": 3, "day": "Saturday", "time": "19:00"}
+for label, text in [("as the grammar writes it", json.dumps(record)),
+                    ("keys in another order", json.dumps(dict(reversed(record.items())))),
+                    ("two spaces after a colon", json.dumps(record).replace(": ", ":  ", 1)),
+                    ("pretty-printed", json.dumps(record, indent=1))]:
+    print(f"booking record, {label:<25} the schema: {verdict(text):<6} the grammar: "
+          f"{'allows it' if booking_grammar.fullmatch(text) else 'never writes it'}")
 
 # %% [markdown]
 # The range `0..999` became an exact regex (`\d|[1-9]\d|[1-9]\d{2}`): integer ranges are
 # regular, so nothing is approximated. The whitespace is bounded on purpose: with `\s*`
 # allowed everywhere, a model that has lost the thread can emit spaces until it runs out of
 # tokens, and the object never closes.
+#
+# The last four lines show the price: the grammar is a *subset* of the schema. Every record
+# it lets through fits the schema, but the schema also accepts records the grammar never
+# writes: keys in another order, more whitespace, a pretty-printed layout. For a decoder
+# that is fine (one way to write each record is enough); just do not use the grammar as a
+# validator for JSON that arrives from elsewhere.
 #
 # Not every keyword has a regex, and a compiler that silently dropped one would let the
 # model emit output the schema rejects. The course's compiler refuses instead, and says where:
@@ -514,9 +542,13 @@ print(f"mask first, top-p 0.9 second: {int(masked_first.sum())} token(s) left")
 #    values (the reference filters `apply_temperature`, `apply_top_k`, `apply_top_p`,
 #    `apply_min_p` are imported, or use your own from notebook 04). Penalties are not part
 #    of this exercise.
-# 5. Take the softmax in float64 and draw exactly one token by inverse CDF, as in notebook
-#    04: one float64 uniform `u` from `generator`, the first index whose cumulative sum
-#    exceeds `u` times the total. (`sample_from_probs(probs, generator)` does exactly this.)
+# 5. Take the softmax and draw exactly one token by inverse CDF, as in notebook 04: one
+#    float64 uniform `u` from `generator`, the first index whose cumulative sum exceeds `u`
+#    times the total. (`sample_from_probs(probs, generator)` does exactly this.) The course's
+#    sampler takes the softmax in float64, and so should you; a float32 softmax gives the same
+#    draws except when a uniform lands within rounding error of a boundary, and the tests
+#    leave such draws out, so they cannot tell the two apart.
+# 6. Return a Python `int` on both paths, greedy and sampled, never a tensor.
 #
 # Stuck? `hint("constrained_sample")` shows a hint; run it again for the next one.
 
@@ -555,7 +587,9 @@ check.constrained_sample(constrained_sample)
 #    decoded new tokens *before* the end token, and the value is `json.loads(text)`.
 #    Otherwise move on to the state `guide.next_state(state, token)` returns.
 # 4. If the budget runs out first, the finish reason is `"length"`, the text is everything
-#    decoded, and the value is `None`: half an object is never handed back as a value.
+#    decoded, and the value is `None`: half an object is never handed back as a value. That
+#    holds even when the text so far happens to be a complete object: only the end token
+#    says the reply is finished, so never parse the text of a cut reply.
 # 5. Use the `generator` you were given for every draw (never re-seed it); it may be `None`
 #    when `params.temperature == 0`.
 #
@@ -586,7 +620,7 @@ def constrained_decode(model, tokenizer, messages, guide, params, generator=None
 check.constrained_decode(constrained_decode)
 
 # %% [markdown]
-# Your loop, on the same prompt that failed so often at the top of the notebook, same
+# Your loop, on the prompt whose free samples broke at the top of the notebook, at the same
 # temperature:
 
 # %%
@@ -650,7 +684,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# With the mask every sample parses and fits the schema; without it a share does not. The
+# With the mask every sample parses and fits the schema (and none ran out of
+# `max_new_tokens`, the one way a masked sample could still be cut short); without the mask a
+# share does not. The
 # mask also helps the content: a reply that stays inside the grammar keeps looking like the
 # training data, so fewer of them derail, and most of the records it added are correct. But
 # compare the second and third pairs of bars: the gap between them is the masked records
@@ -699,31 +735,38 @@ for q in ("What is 2 + 3?", "What is 7 * 8?", "What is 4 + 4?", "What is 17 + 25
 # (a small regex there, to keep this notebook fast; `benchmarks/` has a 10-field schema):
 
 # %%
-def cost(name, build, n_lookups=2000):
+def cost(name, build, n_lookups=400):
     start = time.perf_counter()
     guide = build()
-    built = time.perf_counter() - start
+    built = time.perf_counter() - start  # one build: it is a one-off cost
     states = np.random.default_rng(0).integers(0, guide.n_states, n_lookups).tolist()
-    start = time.perf_counter()
-    for s in states:
-        guide.mask(s)
-    lookup = (time.perf_counter() - start) / n_lookups
+    lookup = median_seconds(lambda: [guide.mask(s) for s in states], number=1) / n_lookups
     print(f"{name:<44} {guide.n_states:4} states x {guide.vocab_size:6} tokens: "
           f"index {built * 1e3:7.1f} ms, lookup {lookup * 1e6:5.1f} µs per token")
+    return lookup
 
 
-cost("tinychat, booking schema", lambda: JSONGuide(BOOKING_SCHEMA, tokenizer))
+prompt_ids = torch.tensor([encode_chat(tokenizer, booking)])
+with torch.inference_mode():
+    step_seconds = median_seconds(lambda: model(prompt_ids), number=3)
+print(f"one step of your decode loop (tinychat's forward pass over the booking prompt): {step_seconds * 1e3:.1f} ms")
+
+
+lookups = [cost("tinychat, booking schema", lambda: JSONGuide(BOOKING_SCHEMA, tokenizer))]
 start = time.perf_counter()
 cl100k_vocab = TokenVocabulary.of(cl100k)
 print(f"cl100k_base byte trie (once per tokenizer): {time.perf_counter() - start:.2f} s, "
       f"{cl100k_vocab.n_nodes} nodes")
-cost("cl100k_base, '{\"answer\": <0..999>}' regex", lambda: RegexGuide(schema_to_regex(answer_schema), cl100k_vocab))
+lookups.append(cost("cl100k_base, '{\"answer\": <0..999>}' regex",
+                    lambda: RegexGuide(schema_to_regex(answer_schema), cl100k_vocab)))
+print(f"the slower lookup is {step_seconds / max(lookups):.0f}x shorter than the decode step")
 
 # %% [markdown]
-# A lookup costs microseconds, far below a decode step of even this tiny model. The one-off
-# costs are the ones that grow: the byte trie, once per tokenizer, and the index, once per
-# schema, whose size is states x vocabulary. A real schema has many more states than this
-# small regex, and a first request that must wait for its index pays for it in latency.
+# A lookup costs microseconds, a small fraction of a decode step of even this tiny model (the
+# last line prints the ratio). The one-off costs are the ones that grow: the byte trie, once
+# per tokenizer, and the index, once per schema, whose size is states x vocabulary. A real
+# schema has many more states than this small regex, and a first request that must wait for
+# its index pays for it in latency.
 # Production engines (Outlines, XGrammar, llguidance) spend their cleverness there:
 # compiling ahead and caching per schema, computing masks lazily, or checking only the token
 # the sampler is about to pick and falling back to the full mask when it is rejected. Two more
@@ -863,13 +906,14 @@ print(json.dumps(wire[2]))
 #
 # ### Exercise 6 — a dispatcher that checks before it runs
 #
-# Write `dispatch(call, tools, permissions, store)`:
+# Write `dispatch(call, tools, permissions, store, caller)`:
 #
 # - `call` is a dict `{"id": str, "name": str, "arguments": str}` (the arguments as a JSON
 #   string, as on the wire), with an optional `"idempotency_key": str`.
 # - `tools` maps a name to `{"parameters": JSON Schema, "fn": callable, "permission": str or
 #   None, "side_effects": bool}`; `permissions` is the set of permissions the caller holds;
-#   `store` is a dict you keep idempotency records in (it persists across calls).
+#   `store` is a dict you keep idempotency records in (it persists across calls, and across
+#   callers); `caller` is the id (a `str`) of the user or session that sent the call.
 # - Return `{"ok": bool, "content": str, "error": kind or None}`. Check, in this order, and
 #   return at the first failure with `"ok": False`, a non-empty message in `"content"` and:
 #   1. `"unknown_tool"`: the name is not in `tools` (the allow-list);
@@ -877,20 +921,22 @@ print(json.dumps(wire[2]))
 #      against the tool's `"parameters"` (use `jsonschema`);
 #   3. `"permission_denied"`: the tool has a permission the caller does not hold;
 #   4. only for a tool with `"side_effects": True`: `"missing_idempotency_key"` when the call
-#      has no key; if the key is already in `store`, return the stored result when the
-#      stored call had the same name and the same parsed arguments, and
-#      `"idempotency_conflict"` otherwise; in both cases the tool does not run. A tool
-#      without side effects ignores keys and runs every time.
+#      has no key. A key belongs to its caller: keep records under `(caller, key)`, so that
+#      a caller who sends another caller's key never receives the other's result. If
+#      `(caller, key)` is already in `store`, return the stored result when the stored call
+#      had the same name and the same parsed arguments, and `"idempotency_conflict"`
+#      otherwise; in both cases the tool does not run. A tool without side effects ignores
+#      keys and runs every time.
 # - Then run `fn(**arguments)`. Success: `{"ok": True, "content": json.dumps(return value),
 #   "error": None}`. If it raises, `"tool_error"` (a result the model can read, not a crash).
-# - For a side-effecting tool, store the result under the key, success or `"tool_error"`
-#   alike: once the function has started, a retry must not start it again.
+# - For a side-effecting tool, store the result under `(caller, key)`, success or
+#   `"tool_error"` alike: once the function has started, a retry must not start it again.
 # - No tool runs unless every check before it has passed.
 #
 # Stuck? `hint("dispatch")` shows a hint; run it again for the next one.
 
 # %% [solution] dispatch
-def dispatch(call, tools, permissions, store):
+def dispatch(call, tools, permissions, store, caller):
     ### BEGIN SOLUTION
     def refuse(kind, message):
         return {"ok": False, "content": f"error ({kind}): {message}", "error": kind}
@@ -914,8 +960,8 @@ def dispatch(call, tools, permissions, store):
     if tool["side_effects"]:
         if key is None:
             return refuse("missing_idempotency_key", f"{name} changes state; send an idempotency key")
-        if key in store:
-            first_name, first_arguments, first_result = store[key]
+        if (caller, key) in store:  # keys are per caller: another caller's record never answers
+            first_name, first_arguments, first_result = store[(caller, key)]
             if (first_name, first_arguments) != (name, arguments):
                 return refuse("idempotency_conflict", f"key {key!r} was used for another request")
             return first_result
@@ -924,7 +970,7 @@ def dispatch(call, tools, permissions, store):
     except Exception as error:  # the failure goes back to the model as a message
         result = refuse("tool_error", f"{name} failed: {type(error).__name__}: {error}")
     if tool["side_effects"]:
-        store[key] = (name, arguments, result)
+        store[(caller, key)] = (name, arguments, result)
     return result
     ### END SOLUTION
 
@@ -948,7 +994,7 @@ for call in (
     {"id": "c3", "name": "delete_account", "arguments": "{}"},
     {"id": "c4", "name": "lookup_order", "arguments": '{"order_id": "K4821"}'},
 ):
-    result = dispatch(call, my_tools, set(), {})
+    result = dispatch(call, my_tools, set(), {}, "alice")
     print(f"{call['name']:<15} {call['arguments']:<40} -> {result['error'] or 'ok'}: {result['content'][:60]}")
 
 # %% [markdown]
@@ -960,7 +1006,7 @@ for call in (
 # | valid but wrong value | `{"answer": 230}` for 2 + 3; the wrong party size | server-side semantic validation: enums, ranges, cross-field invariants, recomputing or looking up what you can |
 # | fabricated tool arguments | an extra `"units"`, a string for a number, an order id of the wrong shape | validate against the tool's real signature (its JSON Schema), then the caller's permissions, before running |
 # | a tool or action that does not exist, or is not allowed | `delete_account`; a refund without the right | the allow-list (registry) and a permission check the model cannot influence |
-# | duplicate side effects on retry | the client times out and resends; the refund runs twice | an idempotency key per intended action; a repeat returns the stored result |
+# | duplicate side effects on retry | the client times out and resends; the refund runs twice | an idempotency key per intended action, scoped to its caller; a repeat returns the stored result |
 # | unverified postcondition | "refund issued" while the write failed or went elsewhere | read the authoritative state back after the call and report what it says |
 # | instructions inside data | a tool result or document says "ignore previous instructions" | treat tool output as data: it never changes permissions, the allow-list or the checks |
 #
@@ -1001,7 +1047,8 @@ print(f"encoded as a tool turn: {as_tool_turn.count(end_token)} <|end|> token (t
 # %% [markdown]
 # Whatever the model makes of that note, the checks do not read it. Suppose the model
 # obeys it and proposes the refund the note asks for, then a refund too large, then a fair
-# one, sent twice because the client retried:
+# refund from a caller without `refunds:write`, then the fair one with the permission, sent
+# twice because the client retried:
 
 # %%
 attempts = [
@@ -1017,17 +1064,17 @@ attempts = [
                                                        "reason": "arrived late"}), {"refunds:write"}, "t-4"),
 ]
 for label, call, held, key in attempts:
-    result = refunds.dispatch(call, permissions=held, idempotency_key=key)
+    result = refunds.dispatch(call, permissions=held, idempotency_key=key, caller="alice")
     outcome = "ok" + (" (replayed)" if result.replayed else "") if result.ok else result.error_kind
     print(f"{label:<14} -> {outcome:<18} {result.content[:80]}")
 print(f"money that actually moved: {book.refunds}; order A1234 now shows {book.get('A1234').refunded} refunded")
 
 # %% [markdown]
 # Mallory's order is refused because it is not Alice's, whatever the text said; the
-# oversized refund because the store knows what is left; the retried one returns the first
-# outcome and moves no money. The reply the model writes after that is still just a
-# proposal of *wording*: the facts it may report are the ones the tool read back from the
-# store.
+# oversized refund because the store knows what is left; the caller without the permission
+# before the tool runs at all; the retried one returns the first outcome and moves no
+# money. The reply the model writes after that is still just a proposal of *wording*: the
+# facts it may report are the ones the tool read back from the store.
 
 # %% [markdown]
 # ## Interview probes
@@ -1055,7 +1102,9 @@ notebook_panel("05_structured_output")
 # ## Recap
 # - An application needs output that parses and fits a schema, and tool calls that code
 #   checks before anything runs. Prompts and low temperatures make failures rare, not
-#   impossible.
+#   impossible. Constrained decoding makes them impossible only for a reply that ends on the
+#   end token, and only within the subset of the schema its grammar spells (fixed key order,
+#   bounded whitespace).
 # - Constrained decoding keeps the text a live prefix of the schema's language: at each step
 #   the sampler may only pick tokens that keep it so, and the end token only where the
 #   language may stop.
@@ -1068,7 +1117,7 @@ notebook_panel("05_structured_output")
 # - It guarantees syntax, never semantics: a valid integer can be the wrong integer. Values
 #   are checked server-side; where you cannot constrain, retry with the error, capped.
 # - Tool calls: the model proposes, code disposes. The dispatcher checks the allow-list, the
-#   arguments, the permission and the idempotency key, in that order, then runs; the
+#   arguments, the permission and the caller's idempotency key, in that order, then runs; the
 #   postcondition is read back from the authoritative store; tool output is data.
 #
 # **Self-check:**

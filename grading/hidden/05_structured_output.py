@@ -9,7 +9,8 @@ Where each exercise's expectations come from (none of them is the solution's cod
 - constrained_decode: the course's own guided decoding (``course_lib.generation.generate``
   with the guide, through the serving engine), run by ``course_lib.checks.structured`` in the
   grader's process; jsonschema as the independent judge of every sampled output.
-- retry_until_valid and dispatch: the exercise's rules replayed in plain Python.
+- retry_until_valid and dispatch: the exercise's rules replayed in plain Python (for dispatch,
+  idempotency records keyed by (caller, key), as the exercise states).
 
 torch builds tensors and is the oracle of the uniform stream a seeded ``torch.Generator``
 yields; course_lib supplies the shipped model, tokenizer and guides. Callables (propose,
@@ -100,6 +101,15 @@ def enum_allowed_tokens(learner, check):
                 lambda: f(["go", "gone"], [b"", b"ne", b"", b"n"], b"go", 2), [1, 2, 3])
     check.equal("a token that ends inside a UTF-8 character is allowed when its bytes fit (emitted b'')",
                 lambda: f(["über", "ok"], [b"\xc3", b"o", b"", b"\xc3\xbc", b"x"], b"", 2), [0, 1, 3])
+    for emitted in (b"", b"s", b"sto", b"stopp"):
+        check.equal(f"the end token only when emitted equals an option exactly, not when it starts one "
+                    f"(emitted {emitted!r})", lambda: f(list(options), list(tokens), emitted, eos),
+                    _enum(options, tokens, emitted, eos))
+    # The end token (ID 1) sorts before the continuations of "ab": appended last, it is out of place.
+    check.equal("the result is a sorted list, the end token in its place among the IDs (emitted b'ab')",
+                lambda: f(["ab", "abc", "abd"], [b"x", b"", b"c", b"d", b"cd"], b"ab", 1), [1, 2, 3])
+    check.equal("no options at all: the empty list (no option starts with anything)",
+                lambda: f([], list(tokens), b"", eos), [])
     rng = random.Random(505)
     alphabet = ["a", "b", "é", "ü", "€"]
     for case in range(40):
@@ -274,6 +284,13 @@ def constrained_sample(learner, check):
                         ({"temperature": 0.7, "top_p": 0.9, "top_k": 2}, "the mask comes before top-k and top-p together")):
         check.equal(f"{rule} ({', '.join(f'{k}={v}' for k, v in knobs.items())}, 40 draws)",
                     lambda: run(logits, allowed, knobs, 77, 40)[0], _draws(logits, allowed, knobs, 77, 40))
+    # Tempered first, the nucleus of [2, 0.5, 0, -1] at T = 3 holds several tokens; at T = 1 only the first.
+    check.equal("temperature comes before top-p: the nucleus is taken over the tempered distribution "
+                "(temperature=3.0, top_p=0.7, 40 draws)",
+                lambda: run([2.0, 0.5, 0.0, -1.0, 4.0], [True, True, True, True, False], {"temperature": 3.0, "top_p": 0.7},
+                            21, 40)[0],
+                _draws([2.0, 0.5, 0.0, -1.0, 4.0], [True, True, True, True, False], {"temperature": 3.0, "top_p": 0.7},
+                       21, 40))
     for case in range(10):
         V = rng.randint(3, 14)
         logits = [rng.uniform(-4, 4) for _ in range(V)]
@@ -390,10 +407,25 @@ def constrained_decode(learner, check):
                    "token_ids ends with the end token; text is the decoded tokens before it")
     for seed, knobs in ((0, {"temperature": 1.5}), (3, {"temperature": 1.5}), (4, {"temperature": 1.0, "top_p": 0.8})):
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items())
-        check.equal(f"seed {seed}, {shown}: the same tokens as the grader's seeded loop (one generator, one draw "
-                    "per step)", lambda: run(_ask(vague), BOOKING, {**knobs, "max_new_tokens": 80}, seed)["token_ids"],
+        check.equal(f"seed {seed}, {shown}: the same tokens as the grader's seeded loop (from the prompt "
+                    "encode_chat(tokenizer, messages) gives; one generator, one draw per step)", lambda: run(_ask(vague), BOOKING, {**knobs, "max_new_tokens": 80}, seed)["token_ids"],
                     course_decode(model, tokenizer, _ask(vague), guides["booking"], knobs["temperature"], 80, seed,
                                   top_p=knobs.get("top_p", 1.0))["token_ids"])
+    # A budget that ends exactly on a complete object: every greedy token but the end token.
+    whole = course_decode(model, tokenizer, _ask(hot), guides["booking"], 0, 80, 0)
+    budget = len(whole["token_ids"]) - 1
+    replay = Once(lambda: run(_ask(hot), BOOKING, {"temperature": 0, "max_new_tokens": budget}, 0))
+    check.equal(f"a budget that ends exactly on a complete object (max_new_tokens = {budget}) is still cut: "
+                "finish reason 'length'", _item("finish_reason", replay), "length")
+    check.equal(f"a budget that ends exactly on a complete object (max_new_tokens = {budget}) is still cut: "
+                "value None, never the parsed text", _item("value", replay), None)
+    check.equal(f"a budget that ends exactly on a complete object (max_new_tokens = {budget}): the tokens and "
+                "the whole text", lambda: [replay()["token_ids"], replay()["text"]],
+                [whole["token_ids"][:-1], whole["text"]])
+    check.that("a finished reply too: a dict with exactly the keys text, value, token_ids, finish_reason",
+               lambda: run(_ask(hot), BOOKING, {"temperature": 0, "max_new_tokens": 80}, 0),
+               lambda out: isinstance(out, dict) and set(out) == {"text", "value", "token_ids", "finish_reason"},
+               "return {'text': ..., 'value': ..., 'token_ids': ..., 'finish_reason': ...}")
     for budget in (6, 1):
         expected = course_decode(model, tokenizer, _ask(hot), guides["booking"], 0, budget, 0)
         replay = Once(lambda: run(_ask(hot), BOOKING, {"temperature": 0, "max_new_tokens": budget}, 0))
@@ -422,6 +454,8 @@ def _validator(rule):
         if rule == "positive" and not (isinstance(value, dict) and isinstance(value.get("amount"), (int, float))
                                        and value["amount"] > 0):
             raise ValueError("amount must be a positive number; the reply was " + text)
+        if rule == "wrapped":  # a validator that returns its own value, not the parsed reply
+            return {"checked": value}
         return value
     return validate
 
@@ -460,7 +494,8 @@ def _expected_retry(replies, messages, max_retries, rule):
         seen.append(copy.deepcopy(conversation))
         error = _error_of(rule, text)
         if error is None:
-            return [json.loads(text), attempt], seen
+            value = json.loads(text)
+            return [{"checked": value} if rule == "wrapped" else value, attempt], seen
         conversation += [{"role": "assistant", "content": text},
                          {"role": "user", "content": "Your reply was rejected: " + error[:200]}]
     return [None, cap + 1], seen
@@ -485,6 +520,7 @@ def retry_until_valid(learner, check):
         ([long_bad, long_bad, '{"amount": 1}'], 3, "positive",
          "a long error is cut to its first 200 characters (MAX_ERROR_CHARS) in the feedback"),
         (["[]", "{}"], 1, "json", "any value validate returns is the result (here a list)"),
+        (["[1", '{"amount": 2}'], 1, "wrapped", "the result is the value validate returns, not the parsed reply"),
     ]
     for replies, max_retries, rule, label in cases:
         expected, seen = _expected_retry(replies, ask, max_retries, rule)
@@ -506,7 +542,7 @@ def retry_until_valid(learner, check):
 
 # -- exercise 6 -------------------------------------------------------------------------------
 DISPATCH_SCRIPT = """
-def _dispatch_session(calls, held):
+def _dispatch_session(calls, held, callers):
     ran = []
 
     def make(name, fails=False):
@@ -522,8 +558,8 @@ def _dispatch_session(calls, held):
         tools[name] = {"parameters": spec["parameters"], "fn": make(name, spec.get("fails", False)),
                        "permission": spec["permission"], "side_effects": spec["side_effects"]}
     store, out = {}, []
-    for call, permissions in zip(calls, held):
-        result = dispatch(dict(call), tools, set(permissions), store)
+    for call, permissions, caller in zip(calls, held, callers):
+        result = dispatch(dict(call), tools, set(permissions), store, caller)
         out.append([result, len(ran)])
     return out, ran
 """
@@ -539,6 +575,8 @@ TOOLS = {
                  "permission": "payments:write", "side_effects": True},
     "send_email": {"parameters": _object(to={"type": "string"}), "permission": None, "side_effects": True,
                    "fails": True},
+    "send_sms": {"parameters": _object(to={"type": "string"}), "permission": None, "side_effects": True},
+    "log_event": {"parameters": {}, "permission": None, "side_effects": False},  # any JSON value fits
 }
 
 
@@ -546,10 +584,10 @@ def _script_with_tools():
     return f"_DISPATCH_TOOLS = {TOOLS!r}\n" + DISPATCH_SCRIPT
 
 
-def _oracle(calls, held):
+def _oracle(calls, held, callers):
     """The expected (ok, error, content or None, tools run so far) for each call, in plain Python."""
     store, ran, out = {}, 0, []
-    for call, permissions in zip(calls, held):
+    for call, permissions, caller in zip(calls, held, callers):
         name = call["name"]
         if name not in TOOLS:
             out.append((False, "unknown_tool", None, ran))
@@ -566,12 +604,13 @@ def _oracle(calls, held):
             out.append((False, "permission_denied", None, ran))
             continue
         key = call.get("idempotency_key")
+        scoped = (caller, key)  # the exercise's rule: a key belongs to the caller that sent it
         if tool["side_effects"]:
             if key is None:
                 out.append((False, "missing_idempotency_key", None, ran))
                 continue
-            if key in store:
-                first = store[key]
+            if scoped in store:
+                first = store[scoped]
                 out.append(first[2][:3] + (ran,) if first[:2] == (name, arguments) else
                            (False, "idempotency_conflict", None, ran))
                 continue
@@ -581,7 +620,7 @@ def _oracle(calls, held):
         else:
             result = (True, None, json.dumps({"tool": name, "arguments": arguments}))
         if tool["side_effects"]:
-            store[key] = (name, arguments, result)
+            store[scoped] = (name, arguments, result)
         out.append(result + (ran,))
     return out
 
@@ -601,6 +640,11 @@ SESSIONS = {
         (_call("rm_rf", {"path": "/"}), ["files:read"], "a name not in tools: unknown_tool, nothing runs"),
         (_call("get_time", "{'city': 'Lima'}", raw=True), [], "arguments that are not JSON: invalid_arguments"),
         (_call("get_time", "[\"Lima\"]", raw=True), [], "arguments that are JSON but not an object: invalid_arguments"),
+        (_call("log_event", "[\"boot\"]", raw=True), [],
+         "arguments that are JSON but not an object: invalid_arguments, even where the schema allows any value"),
+        (_call("log_event", "42", raw=True), [],
+         "arguments that are JSON but not an object: invalid_arguments, even where the schema allows any value"),
+        (_call("log_event", {"event": "boot"}), [], "a valid call runs: ok, content = json.dumps(its return value)"),
         (_call("get_time", {"city": "Lima", "tz": "UTC"}), [], "a fabricated argument fails the schema: invalid_arguments"),
         (_call("get_time", {"city": 7}), [], "a wrong type fails the schema: invalid_arguments"),
         (_call("get_time", {}), [], "a missing required argument fails the schema: invalid_arguments"),
@@ -624,6 +668,23 @@ SESSIONS = {
         (_call("send_email", {"to": "a@b.c"}), [], "a side-effecting call without a key: missing_idempotency_key"),
         (_call("get_time", {"city": "Oslo"}, "t1"), [], "a tool without side effects runs every time, key or not"),
         (_call("get_time", {"city": "Oslo"}, "t1"), [], "a tool without side effects runs every time, key or not"),
+    ],
+    "keys belong to their caller": [
+        (_call("transfer", PAY, "k9"), WRITE, "with the permission and a key: the transfer runs once", "ana"),
+        (_call("transfer", PAY, "k9"), WRITE,
+         "another caller sending the same key starts its own request: it runs, never returns the other's result",
+         "ben"),
+        (_call("transfer", PAY, "k9"), WRITE, "a repeated key returns that caller's stored result without running again",
+         "ben"),
+        (_call("transfer", {**PAY, "amount": 900}, "k9"), WRITE,
+         "another caller's key with other arguments is no conflict: a new request, it runs", "cy"),
+        (_call("transfer", {**PAY, "amount": 900}, "k9"), WRITE,
+         "the same key with other arguments: idempotency_conflict (the caller's own key)", "ana"),
+        (_call("send_sms", {"to": "a@b.c"}, "s1"), [], "with a key the side-effecting call runs", "ana"),
+        (_call("send_email", {"to": "a@b.c"}, "s1"), [],
+         "the same key and the same arguments for another tool: idempotency_conflict", "ana"),
+        (_call("send_sms", {"to": "a@b.c"}, "s1"), [], "a repeated key returns that caller's stored result without running again",
+         "ana"),
     ],
     "the order of the checks": [
         (_call("wire_money", "not json", raw=True), [], "order: an unknown tool with bad arguments is unknown_tool"),
@@ -654,10 +715,12 @@ def _matches(expected):
 def dispatch(learner, check):
     run = learner.script(_script_with_tools(), "_dispatch_session")
     for session, steps in SESSIONS.items():
-        calls = [call for call, _, _ in steps]
-        held = [permissions for _, permissions, _ in steps]
-        replay = Once(lambda: run(calls, held)[0])
-        for index, ((call, permissions, rule), expected) in enumerate(zip(steps, _oracle(calls, held))):
+        steps = [step if len(step) == 4 else (*step, "u1") for step in steps]  # one caller unless named
+        calls = [call for call, _, _, _ in steps]
+        held = [permissions for _, permissions, _, _ in steps]
+        callers = [caller for _, _, _, caller in steps]
+        replay = Once(lambda: run(calls, held, callers)[0])
+        for index, ((call, permissions, rule, caller), expected) in enumerate(zip(steps, _oracle(calls, held, callers))):
             check.that(f"{rule} ({session}, call {index + 1}: {call['name']})", _item(index, replay), _matches(expected),
                        f"the result or the number of tool runs is wrong; results are {{'ok', 'content', 'error'}} "
                        f"and a refused call never runs its tool")

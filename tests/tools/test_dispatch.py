@@ -159,7 +159,7 @@ def test_refused_calls_do_not_use_up_the_key():
     dispatcher = Dispatcher(ToolRegistry([echo_tool(side_effects=True, permission="p")]))
     assert dispatcher.dispatch(_call({"text": "hi"}), idempotency_key="k").error_kind == "permission_denied"
     assert dispatcher.dispatch(_call({"text": "hi"}), permissions={"p"}, idempotency_key="k").ok
-    assert list(dispatcher.idempotency_store) == ["k"]
+    assert list(dispatcher.idempotency_store) == [(None, "k")]
 
 
 def test_a_shared_store_holds_keys_across_dispatchers():
@@ -167,7 +167,30 @@ def test_a_shared_store_holds_keys_across_dispatchers():
     registry = ToolRegistry([echo_tool(fn=fn, side_effects=True)])
     Dispatcher(registry, idempotency_store=store).dispatch(_call({"text": "hi"}), idempotency_key="k")
     assert Dispatcher(registry, idempotency_store=store).dispatch(_call({"text": "hi"}), idempotency_key="k").replayed
-    assert fn.runs == ["hi"] and isinstance(store["k"], IdempotencyEntry)
+    assert fn.runs == ["hi"] and isinstance(store[(None, "k")], IdempotencyEntry)
+
+
+def test_keys_are_scoped_per_caller():
+    fn, store = Counter(), {}
+    registry = ToolRegistry([echo_tool(fn=fn, side_effects=True)])
+    alice = Dispatcher(registry, idempotency_store=store).dispatch(_call({"text": "hi"}), idempotency_key="k",
+                                                                   caller="alice")
+    # Bob sends Alice's key (guessed, leaked or a collision): he starts his own request, never reads hers.
+    bob = Dispatcher(registry, idempotency_store=store).dispatch(_call({"text": "hi"}), idempotency_key="k",
+                                                                 caller="bob")
+    assert not bob.replayed and json.loads(bob.content)["run"] == 2 and json.loads(alice.content)["run"] == 1
+    assert Dispatcher(registry, idempotency_store=store).dispatch(_call({"text": "hi"}), idempotency_key="k",
+                                                                  caller="alice").replayed
+    assert sorted(store) == [("alice", "k"), ("bob", "k")] and fn.runs == ["hi", "hi"]
+    # Other arguments under Bob's own key are Bob's conflict; Alice's entry is not consulted.
+    assert Dispatcher(registry, idempotency_store=store).dispatch(
+        _call({"text": "bye"}), idempotency_key="k", caller="bob").error_kind == "idempotency_conflict"
+
+
+@pytest.mark.parametrize("caller", ["", 7])
+def test_caller_must_be_a_non_empty_string(caller):
+    with pytest.raises(TypeError, match="caller must be a non-empty str or None"):
+        Dispatcher(ToolRegistry([echo_tool()])).dispatch(_call({"text": "hi"}), caller=caller)
 
 
 def test_tools_without_side_effects_ignore_the_key():
