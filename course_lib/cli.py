@@ -94,7 +94,8 @@ DELEGATED = {"train": ("course_lib.train", "reproduce the shipped course model (
                              "load-test any OpenAI-compatible server: TTFT, TPOT, ITL, throughput, goodput"),
              "export-hf": ("course_lib.model.export_hf",
                            "write a course model as a Hugging Face Llama directory (for transformers or vLLM)"),
-             "trace": ("course_lib.context.trace_log", "check a request-trace log: course trace verify FILE"),
+             "trace": ("course_lib.context.trace_log",
+                       "check a request-trace log: course trace verify FILE [--head COUNT:HASH], course trace head FILE"),
              "drill": ("course_lib.drills.cli", "interview drills: numeric problems and probe cards, scheduled by FSRS")}
 
 

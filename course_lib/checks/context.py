@@ -352,6 +352,8 @@ REDACT_CASES = [
     ("a Luhn-valid card, grouped by spaces", "card 4111 1111 1111 1111 expires", "card [CARD] expires"),
     ("a Luhn-valid card, grouped by dashes", "card 5500-0000-0000-0004.", "card [CARD]."),
     ("a Luhn-valid card, no separators (15 digits)", "amex 378282246310005 ok", "amex [CARD] ok"),
+    ("a card comes before a phone: 15 Luhn-valid digits with spaces are a card", "amex 3782 822463 10005 ok",
+     "amex [CARD] ok"),
     ("a card-length number that fails Luhn is not a card (and too long for a phone)",
      "ref 4111 1111 1111 1112 kept", "ref 4111 1111 1111 1112 kept"),
     ("an international phone", "call +44 20 7946 0958 now", "call [PHONE] now"),
@@ -371,6 +373,7 @@ REDACT_CASES = [
     ("a 12-digit run with separators is a phone (9 to 15 digits)", "n 12 3456 7890 11 z", "n [PHONE] z"),
     ("a 9-digit run with separators is a phone (9 to 15 digits)", "tel 612 345 678 ok", "tel [PHONE] ok"),
     ("a 15-digit run starting with + is a phone", "tel +12 345 678 901 234 5 ok", "tel [PHONE] ok"),
+    ("Luhn subtracts 9 from a doubled digit above 9: a valid card", "pay 5555 5555 5555 4444 ok", "pay [CARD] ok"),
     ("8 digits with separators is too short for a phone", "n 1234-5678 z", "n 1234-5678 z"),
 ]
 
@@ -378,7 +381,8 @@ REDACT_CASES = [
 def _records():
     return [{"request_id": "req-1", "model": "tinychat", "tokens": {"prompt": 12, "completion": 4},
              "latency_ms": {"prefill": 2.5, "decode": 11.0}, "final_state": "answered",
-             "metadata": {"user": "ann@example.com", "notes": ["card 4111 1111 1111 1111", "ok"]}},
+             "metadata": {"user": "ann@example.com", "notes": ["card 4111 1111 1111 1111", "ok"],
+                          "replies_to": {"bo@ex.com": 2}}},
             {"request_id": "req-2", "model": "tinychat", "tokens": {"prompt": 30, "completion": 6},
              "latency_ms": {"prefill": 4.0}, "final_state": "abstained",
              "metadata": {"city": "Zürich", "phone": "+41 44 668 18 00", "count": 3}},
@@ -389,7 +393,7 @@ def _records():
 def _redacted_records():
     """``_records()`` as the rules store them: each email, card and phone in a string replaced."""
     records = _records()
-    records[0]["metadata"] = {"user": "[EMAIL]", "notes": ["card [CARD]", "ok"]}
+    records[0]["metadata"] = {"user": "[EMAIL]", "notes": ["card [CARD]", "ok"], "replies_to": {"[EMAIL]": 2}}
     records[1]["metadata"]["phone"] = "[PHONE]"
     return records
 
@@ -420,10 +424,27 @@ def _tamper(lines: list[str], how: str) -> list[str]:
         lines[0] = canonical(entry).decode("utf-8")
     elif how == "not_entry":
         lines[1] = json.dumps(["a", "list"])
+    elif how == "insert":  # line 2 again after itself
+        lines.insert(2, lines[1])
+    elif how == "missing_key":  # a dict, but without its record
+        entry = json.loads(lines[1])
+        lines[1] = json.dumps({"hash": entry["hash"], "prev": entry["prev"]})
     return lines
 
 
-def trace_chain(redact_fn, chain_fn, first_bad_fn) -> None:
+LUHN_CASES = [("the exercise's example that passes", "4111111111111111"),
+              ("the exercise's example that fails", "4111111111111112"),
+              ("a doubled digit above 9 has 9 subtracted (79927398713 passes)", "79927398713"),
+              ("... and one digit changed fails", "79927398710"),
+              ("odd length: still every second digit from the RIGHT (378282246310005 passes)", "378282246310005")]
+
+
+def trace_chain(redact_fn, chain_fn, first_bad_fn, luhn_fn=None) -> None:
+    from course_lib.context.trace_log import luhn_valid
+
+    for label, digits in LUHN_CASES if luhn_fn is not None else ():
+        expect_equal(f"luhn_ok: {label}", luhn_fn(digits), luhn_valid(digits),
+                     hint="from the right: double the 2nd, 4th, ... digit, minus 9 when above 9; sum % 10 == 0")
     for label, text, expected in REDACT_CASES:
         expect_equal(f"redact: {label}", redact_fn(text), expected,
                      hint="emails first; then each NUMBER_RE run: a card if no leading + and 13-19 digits that pass "
@@ -445,8 +466,11 @@ def trace_chain(redact_fn, chain_fn, first_bad_fn) -> None:
                   for e in entries], hint="canonical({'hash': h, 'prev': prev, 'record': clean}).decode('utf-8')")
     expect_equal("chain: the first line's prev is 64 zeros (GENESIS)", first["prev"], GENESIS)
     expect_equal("chain: every string in the record is redacted, at any depth (dicts and lists)",
-                 first["record"]["metadata"], {"user": "[EMAIL]", "notes": ["card [CARD]", "ok"]},
+                 {k: v for k, v in first["record"]["metadata"].items() if k != "replies_to"},
+                 {"user": "[EMAIL]", "notes": ["card [CARD]", "ok"]},
                  hint="walk dicts and lists recursively and apply redact_pii to every str")
+    expect_equal("chain: dict keys are redacted too", first["record"]["metadata"].get("replies_to"), {"[EMAIL]": 2},
+                 hint="build each dict as {redact_pii(key): clean(value) ...}")
     expect_equal("chain: hash = sha256 of canonical({'prev': prev, 'record': redacted record}), hex",
                  [e["hash"] for e in entries], [entry_hash(e["record"], e["prev"]) for e in entries],
                  hint="hash the REDACTED record together with prev; .hexdigest()")
@@ -472,13 +496,17 @@ def trace_chain(redact_fn, chain_fn, first_bad_fn) -> None:
     expect_equal("chain: the course's `course trace verify` accepts your lines", [result.ok, result.records], [True, 3])
     expect_equal("first_bad_line: an intact log -> None", first_bad_fn(list(lines)), None)
     expect_equal("first_bad_line: an empty log -> None", first_bad_fn([]), None)
+    expect_equal("first_bad_line: a log cut after a good line is, line by line, an intact chain -> None",
+                 first_bad_fn(list(lines[:-1])), None)
     for how, line, rule in (("edit", 2, "an edited record breaks its own hash"),
                             ("remove", 2, "a removed line breaks the next line's prev"),
                             ("swap", 2, "swapped lines break the chain at the first of them"),
                             ("truncate", 3, "a truncated line (not JSON) is bad, not a crash"),
                             ("rehash", 2, "an edit with its own hash recomputed is caught by the next prev"),
                             ("genesis", 1, "the first line's prev must be GENESIS"),
-                            ("not_entry", 2, "a JSON line that is not an entry is bad, not a crash")):
+                            ("not_entry", 2, "a JSON line that is not an entry is bad, not a crash"),
+                            ("missing_key", 2, "a JSON dict without hash, prev and record is bad, not a crash"),
+                            ("insert", 3, "a duplicated line breaks the chain at the copy")):
         expect_equal(f"first_bad_line: {rule} (line numbers start at 1)", first_bad_fn(_tamper(lines, how)), line,
                      hint="recompute each hash, compare each prev with the previous line's hash (GENESIS first), "
                           "return the 1-based number of the first bad line; catch json errors")
@@ -629,7 +657,7 @@ HINTS = {
         "Luhn: walk the digits from the right; double every second one (subtract 9 if the result is above 9); "
         "the total must be a multiple of 10. A card: no leading +, 13-19 digits, Luhn. A phone: 9-15 digits and "
         "(a leading + or run != digits).",
-        "chain_records: redact recursively into new dicts/lists; h = hashlib.sha256(canonical({'prev': prev, "
+        "chain_records: redact recursively into new dicts/lists (keys too); h = hashlib.sha256(canonical({'prev': prev, "
         "'record': clean})).hexdigest(); line = canonical({'hash': h, 'prev': prev, 'record': clean}).decode(); "
         "prev = h. first_bad_line: json.loads in a try; recompute h; compare prev; return the 1-based number.",
     ],

@@ -1,7 +1,9 @@
 """Model selection by cost per successful task, measured on the course models.
 
 ``measure_runs`` serves the same held-out conversations with each candidate model on the
-course engine (greedy), times each model, and counts per task the requests, the successes
+course engine (greedy), times each model (the median of a few rounds, the models taking turns
+within each round, so a burst of load on a shared machine cannot land on one model alone),
+and counts per task the requests, the successes
 (``course_lib.data.scoring.SCORERS``) and the prompt and completion tokens. ``priced`` turns each
 model's measured throughput into a price per token under one stated assumption: every model
 runs on the same rented machine at ``dollars_per_hour`` (``cost.price_from_throughput``), so a
@@ -15,6 +17,7 @@ successes: a model that is cheap per request but fails often can cost more per s
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ DEFAULT_DOLLARS_PER_HOUR = 0.10
 @dataclass(frozen=True)
 class Measured:
     runs: dict[str, list[TaskRun]]   # model name -> one TaskRun per task
-    seconds: dict[str, float]        # model name -> wall time serving all the conversations
+    seconds: dict[str, float]        # model name -> wall time serving all the conversations (median round)
     completion_tokens: dict[str, int]
 
     @property
@@ -45,22 +48,33 @@ class Measured:
 
 
 def measure_runs(models: Mapping[str, object], tokenizer, conversations: Sequence, *,
-                 max_new_tokens: int = 64) -> Measured:
-    """Serve ``conversations`` (course ``Conversation`` objects) greedily with each model."""
+                 max_new_tokens: int = 64, rounds: int = 3) -> Measured:
+    """Serve ``conversations`` (course ``Conversation`` objects) greedily with each model;
+    each model's time is the median of ``rounds`` timed passes, taken in turn with the others."""
     if not models:
         raise ValueError("give at least one model, as {name: model}")
     if not conversations:
         raise ValueError("give at least one conversation to serve")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
     params = SamplingParams(temperature=0, max_new_tokens=max_new_tokens)
-    runs, seconds, produced = {}, {}, {}
-    for name, model in models.items():
-        engine = Engine.for_job(model, tokenizer, rows=min(BATCH_ROWS, len(conversations)))
+    prompts = [c.prompt_messages for c in conversations]
+    engines = {name: Engine.for_job(model, tokenizer, rows=min(BATCH_ROWS, len(conversations)))
+               for name, model in models.items()}
+    for engine in engines.values():
         # One untimed request first: a model's first pass pays one-off costs (allocations,
         # kernel selection) that would otherwise be billed to whichever model is measured first.
-        engine.generate([conversations[0].prompt_messages], params)
-        start = time.perf_counter()
-        completions = engine.generate([c.prompt_messages for c in conversations], params)
-        seconds[name] = time.perf_counter() - start
+        engine.generate([prompts[0]], params)
+    timings: dict[str, list[float]] = {name: [] for name in engines}
+    served = {}
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            served[name] = engine.generate(prompts, params)  # greedy: the same replies every round
+            timings[name].append(time.perf_counter() - start)
+    runs, produced = {}, {}
+    seconds = {name: statistics.median(times) for name, times in timings.items()}
+    for name, completions in served.items():
         totals: dict[str, list[int]] = {}
         for convo, done in zip(conversations, completions):
             row = totals.setdefault(convo.task, [0, 0, 0, 0])

@@ -15,6 +15,11 @@
     False
     >>> verify(path)
     VerifyResult(ok=True, records=1, bad_line=None, reason=None, is_trace=True)
+    >>> head = log.head()                      # kept somewhere else, it reveals a cut tail
+    >>> head.records, head.hash == json.loads(path.read_text())["hash"]
+    (1, True)
+    >>> verify(path, head).ok
+    True
     >>> redact("call +44 20 7946 0958 or pay with 4111 1111 1111 1111 (order 123456, 2024)")
     'call [PHONE] or pay with [CARD] (order 123456, 2024)'
 
@@ -22,9 +27,11 @@ Each line is ``{"hash": h, "prev": p, "record": {...}}`` where ``h = sha256(cano
 "record": r}))``, ``p`` is the previous line's ``hash`` (64 zeros on the first line) and
 ``canonical`` is JSON with sorted keys, separators ``(",", ":")``, ``ensure_ascii=False``, UTF-8.
 Editing a record breaks its own hash; removing, inserting or reordering lines breaks the next
-``prev``. The chain is tamper-evident, not tamper-proof: whoever rewrites every later hash
-passes ``verify``, so a product anchors the latest hash somewhere else (a second store, a
-signed daily digest).
+``prev``. Two things the lines alone cannot show: lines removed from the *end* (what is left is
+a shorter chain, intact) and a log rewritten with every later hash recomputed. Both need the
+log's ``Head`` (its record count and last hash, ``TraceLog.head()``, ``course trace head FILE``)
+kept somewhere else (a second store, a signed daily digest): ``verify(path, head)`` and
+``course trace verify FILE --head COUNT:HASH`` then check that the chain still reaches it.
 
 Redaction (``redact``) replaces, in this order: emails -> ``[EMAIL]``; payment card numbers
 (13-19 digits, optionally grouped by single spaces or dashes, **Luhn-valid only**;
@@ -275,6 +282,32 @@ def entry_hash(record: dict, prev: str) -> str:
     return hashlib.sha256(canonical({"prev": prev, "record": record})).hexdigest()
 
 
+@dataclass(frozen=True)
+class Head:
+    """Where a log ends: how many records it holds and its last line's hash (``GENESIS`` when empty).
+
+    Written as ``COUNT:HASH`` (``str(head)``, ``Head.parse``). A copy kept outside the log is what
+    lets ``verify`` see lines removed from the end, which leave a shorter chain that is intact."""
+    records: int
+    hash: str
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.records, int) and not isinstance(self.records, bool)) or self.records < 0:
+            raise ValueError(f"a head's record count must be an int >= 0, got {self.records!r}")
+        if not isinstance(self.hash, str) or not _HEX64.fullmatch(self.hash):
+            raise ValueError(f"a head's hash must be 64 lowercase hex digits, got {self.hash!r}")
+
+    def __str__(self) -> str:
+        return f"{self.records}:{self.hash}"
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        count, sep, digest = text.strip().partition(":")
+        if not sep or not count.isdigit():
+            raise ValueError(f"a head is COUNT:HASH (as `course trace head FILE` prints it), got {text!r}")
+        return cls(int(count), digest)
+
+
 class TraceLogError(ValueError):
     """The file cannot be appended to: not a trace log, or its last line is damaged."""
 
@@ -301,6 +334,12 @@ class TraceLog:
         if not isinstance(prev, str) or not _HEX64.fullmatch(prev):
             raise TraceLogError(f"{self.path}: the last line's hash {prev!r} is not 64 hex digits")
         return prev
+
+    def head(self) -> Head:
+        """The log's head now (its record count and last hash): store it away from the log, then
+        ``verify(path, head)`` catches a log cut short after it."""
+        text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+        return Head(sum(1 for line in text.split("\n") if line.strip()), self._last_hash())
 
     def append(self, record: TraceRecord) -> str:
         """Redact ``record``, chain it to the last line, append it; return its hash."""
@@ -335,9 +374,17 @@ def _is_entry(entry: Any) -> bool:
             and all(isinstance(entry[k], str) and _HEX64.fullmatch(entry[k]) for k in ("hash", "prev")))
 
 
-def verify(path: str | Path) -> VerifyResult:
-    """Check every line's hash and its link to the line before; report the first bad line."""
+def verify(path: str | Path, head: Head | str | None = None) -> VerifyResult:
+    """Check every line's hash and its link to the line before; report the first bad line.
+
+    Without ``head`` an intact chain is all that is checked, so a log cut after any line passes
+    (nothing follows the cut to break). With the head taken earlier (``TraceLog.head()``, or
+    ``"COUNT:HASH"``) the log must also still hold that many records, its line COUNT carrying
+    that hash: a cut tail, or a chain rewritten with fresh hashes, then fails. Lines appended
+    after the head was taken are fine."""
     path = Path(path)
+    if isinstance(head, str):
+        head = Head.parse(head)
     if not path.is_file():
         return VerifyResult(False, 0, None, f"{path}: no such file", is_trace=False)
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -366,7 +413,22 @@ def verify(path: str | Path) -> VerifyResult:
             return VerifyResult(False, number - 1, number,
                                 "prev mismatch: a line was removed, inserted or reordered before this one")
         prev = entry["hash"]
+        if head is not None and number == head.records and prev != head.hash:
+            return VerifyResult(False, number - 1, number, f"not the head's hash: the chain was rewritten up to "
+                                f"this line (the head {head} was taken earlier)")
+    if head is not None and len(lines) < head.records:
+        missing = head.records - len(lines)
+        return VerifyResult(False, len(lines), len(lines) + 1,
+                            f"truncated: the log ends after {len(lines)} records but the head says {head.records} "
+                            f"({missing} line{'s' if missing > 1 else ''} missing at the end)")
     return VerifyResult(True, len(lines), None, None)
+
+
+def _head_argument(text: str) -> Head:
+    try:
+        return Head.parse(text)
+    except ValueError as exc:  # argparse then says this, not "invalid parse value"
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,10 +436,30 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     check = sub.add_parser("verify", help="verify the hash chain: exit 0 ok, 1 tampered, 2 not a trace log")
     check.add_argument("file", type=Path)
+    check.add_argument("--head", type=_head_argument, metavar="COUNT:HASH",
+                       help="the head taken earlier (`course trace head FILE`): also catches a truncated tail")
+    show = sub.add_parser("head", help="print the log's head COUNT:HASH, to keep somewhere else for verify --head")
+    show.add_argument("file", type=Path)
     args = parser.parse_args(argv)
-    result = verify(args.file)
+    if args.action == "head":
+        if not args.file.is_file():
+            print(f"error: {args.file}: no such file", file=sys.stderr)
+            return 2
+        try:
+            print(TraceLog(args.file).head())
+        except TraceLogError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    result = verify(args.file, args.head)
+    if result.ok and args.head is None:
+        print(f"ok: {result.records} records, chain intact. Not checked without --head: lines cut from the end, "
+              f"or the chain rewritten with every hash recomputed (either leaves an intact chain); keep the head "
+              f"(`course trace head FILE`) elsewhere and pass --head COUNT:HASH")
+        return 0
     if result.ok:
-        print(f"ok: {result.records} records")
+        print(f"ok: {result.records} records, chain intact and reaching the head {args.head.records}:"
+              f"{args.head.hash[:12]}...")
         return 0
     if not result.is_trace:
         print(f"error: {result.reason}", file=sys.stderr)

@@ -9,8 +9,9 @@ Where each exercise's expectations come from (none of them is the solution's cod
   (a sorted sweep with cumulative sums, not the exercise's scan of candidates).
 - task_cost: the course's ``cost.total_cost``, ``cost_per_request`` and ``cost_per_success``,
   with the exercise's failure cost added to what the successes carry.
-- trace_chain: redaction from hand-worked cases and from texts whose redaction is planted
-  by construction; the chain and ``first_bad_line`` from the course's trace log itself
+- trace_chain: ``luhn_ok`` from ``_luhn``, the textbook form (each doubled digit's digits
+  summed, not the exercise's "subtract 9"); redaction from hand-worked cases and from texts
+  whose redaction is planted by construction; the chain and ``first_bad_line`` from the course's trace log itself
   (``canonical``, ``entry_hash``, ``TraceLog``, ``verify``), on records redacted by hand.
 
 The learner's functions are reached only through ``learner``; one helper script runs in the
@@ -77,6 +78,8 @@ def fit_context(learner, check):
         ("an exact fit is kept (tokens <= left)", (200, 0, 0, 60, 40, [30, 20], [["p", 35, 1.0], ["q", 15, 0.9]])),
         ("passages by score, highest first", (400, 50, 10, 40, 20, [], [["low", 10, 0.1], ["top", 12, 3.5],
                                                                        ["mid", 9, 1.2], ["second", 11, 2.2]])),
+        ("the kept passages are listed in rank order, not input order",
+         (120, 0, 0, 30, 10, [7], [["c", 20, 0.4], ["a", 25, 1.9], ["b", 30, 0.8], ["d", 40, 0.1]])),
         ("equal scores keep the input order", (400, 0, 0, 10, 10, [], [["d", 5, 1.0], ["b", 5, 2.0], ["c", 5, 1.0],
                                                                        ["a", 5, 2.0], ["e", 5, 1.0]])),
         ("a passage that does not fit stops the ranking: smaller ones below it are dropped too",
@@ -152,6 +155,7 @@ def bm25_scores(learner, check):
         ("an idf of exactly 0 (a term in half the passages) is not floored", ["x"], [["x", "y"], ["x", "z"], ["w"], ["v"]], {}),
         ("the negative floor of a tiny corpus of common terms is kept", ["a", "b"], [["a", "b"], ["a", "b"], ["a", "c"]], {}),
         ("a query term absent from the corpus adds 0", ["zebra", "sushi"], JAPAN, {}),
+        ("one score per passage, in corpus order", ["sushi", "dish"], JAPAN, {}),
         ("a repeated query term counts each time", ["japan", "japan", "tokyo"], JAPAN, {}),
         ("term frequency saturates: tf * (k1 + 1) / (tf + k1 * norm)", ["gnu", "dog"], TF, {}),
         ("n(q) counts passages holding the term, not its occurrences", ["gnu", "eel"], TF, {}),
@@ -213,6 +217,7 @@ def abstention_threshold(learner, check):
         ("candidates are the confidences themselves, not a grid (unrounded)",
          [0.8312, 0.6427, 0.6101, 0.2], [True, True, False, True], 0.9),
         ("accuracy is computed over the answered questions only", [0.9, 0.8, 0.1, 0.05], [True, True, False, False], 0.9),
+        ("accuracy is a float division (right / answered)", [0.9, 0.8, 0.7, 0.2], [True, True, False, False], 0.6),
         ("no threshold reaches the target: math.inf (answer nothing)", [0.9, 0.8], [False, False], 0.5),
         ("no threshold reaches the target: math.inf (answer nothing), a high target", [0.9, 0.8, 0.6],
          [True, False, True], 1.0),
@@ -305,6 +310,11 @@ def task_cost(learner, check):
                    "return {'tokens_usd': ..., 'per_request': ..., 'per_success': ...}")
         for key, rule in COST_RULES.items():
             check.close(f"{rule} ({shown})", _item(key, replay), expected[key], atol=1e-15, rtol=1e-9)
+    for case, args in enumerate([(100, 80, 50_000, 10_000, 0.5, 1.5), (7, 3, 1234, 567, 2.0, 8.0)]):
+        expected = _cost(*args)
+        check.close(f"failure_cost defaults to 0.0 (called without it, case {case})",
+                    (lambda a: lambda: [f(*a)[k] for k in COST_RULES])(args), [expected[k] for k in COST_RULES],
+                    atol=1e-15, rtol=1e-9)
     for case, args in enumerate([(5, 0, 1000, 100, 1.0, 1.0, 0.0), (12, 0, 0, 0, 0.0, 0.0, 1.0)]):
         check.that(f"no success at all: the cost per success is math.inf (zero successes {case})",
                    _item("per_success", Once((lambda a: lambda: f(*a))(args))), _is_inf,
@@ -343,6 +353,8 @@ REDACT_CASES = [  # (rule, text, the text redacted by hand)
     ("a Luhn-valid card grouped by spaces", "card 4242 4242 4242 4242 ok", "card [CARD] ok"),
     ("a Luhn-valid card grouped by dashes", "pay 5105-1051-0510-5100.", "pay [CARD]."),
     ("a Luhn-valid card with no separators", "visa 4012888888881881 end", "visa [CARD] end"),
+    ("a card is looked for before a phone: a 15-digit Luhn-valid card written with spaces",
+     "amex 3714 496353 98431 paid", "amex [CARD] paid"),
     ("a Luhn-valid card of 13 digits (13 to 19 digits)", f"old {_with_check_digit('422222222222')} card",
      "old [CARD] card"),
     ("a Luhn-valid card of 19 digits (13 to 19 digits)", f"long {_with_check_digit('621234567890123456')} card",
@@ -355,6 +367,7 @@ REDACT_CASES = [  # (rule, text, the text redacted by hand)
      "n [CARD] z"),
     ("the Luhn check doubles every second digit from the right (odd length)",
      f"n {_with_check_digit('37144963539843')} z", "n [CARD] z"),
+    ("the Luhn check subtracts 9 from a doubled digit above 9", "pay 5555 5555 5555 4444 ok", "pay [CARD] ok"),
     ("an international phone starting with +", "call +33 1 42 68 53 00 today", "call [PHONE] today"),
     ("a phone written with dashes", "or 212-555-0147.", "or [PHONE]."),
     ("a phone starting with + and no separator", "sms +447700900123", "sms [PHONE]"),
@@ -378,6 +391,17 @@ REDACT_CASES = [  # (rule, text, the text redacted by hand)
      "[EMAIL] paid [CARD], call [PHONE], order 99"),
     ("text with nothing to redact stays exactly as it was", "Zürich café, 3 items — nothing personal.",
      "Zürich café, 3 items — nothing personal."),
+]
+
+
+LUHN_CASES = [  # (rule, digits): the expectation is _luhn's, the textbook form
+    ("the exercise's two examples", "4111111111111111"), ("the exercise's two examples", "4111111111111112"),
+    ("a doubled digit above 9 has 9 subtracted", "5555555555554444"),
+    ("a doubled digit above 9 has 9 subtracted", "79927398713"),
+    ("a doubled digit above 9 has 9 subtracted", "79927398710"),
+    ("every second digit from the right is doubled (odd length)", "378282246310005"),
+    ("every second digit from the right is doubled (odd length)", "378282246310006"),
+    ("a single digit", "0"), ("a single digit", "5"),
 ]
 
 
@@ -477,7 +501,7 @@ def _records():
              "final_state": "abstained", "metadata": {"city": "Zürich", "count": 3, "ok": True, "none": None}},
             {"request_id": "r-3", "model": "tinychat-draft", "tokens": {"prompt": 8, "completion": 2},
              "latency_ms": {"decode": 1.25}, "final_state": "error", "metadata": {"reply": "mail bo@ex.com 212-555-0147"}},
-            {"request_id": "r-4", "b": [1, 2.5, "x"], "a": "z"}]
+            {"request_id": "r-4", "b": [1, 2.5, "x"], "a": "z", "by_caller": {"+1 202 555 0188": "retry"}}]
 
 
 def _redacted_records():
@@ -485,6 +509,7 @@ def _redacted_records():
     records = _records()
     records[0]["metadata"] = {"user": "[EMAIL]", "notes": ["card [CARD]", {"deep": "[PHONE]"}]}
     records[2]["metadata"] = {"reply": "mail [EMAIL] [PHONE]"}
+    records[3]["by_caller"] = {"[PHONE]": "retry"}
     return records
 
 
@@ -514,6 +539,9 @@ def _tampered(lines, how, rng):
         lines[0] = canonical(entry).decode("utf-8")
     elif how == "not_entry":
         lines[i] = json.dumps({"hash": "0" * 64, "prev": "1" * 64})
+    elif how == "no_record":  # its own hash and the right prev, but no record: only the missing key is wrong
+        entry = json.loads(lines[i])
+        lines[i] = json.dumps({"hash": entry["hash"], "prev": entry["prev"]})
     elif how == "insert":
         lines.insert(i, lines[i - 1])
     return lines
@@ -525,12 +553,20 @@ TAMPER_RULES = {"edit": "an edited record breaks its own hash", "remove": "a rem
                 "rehash": "an edit with its own hash recomputed is caught by the next prev",
                 "genesis": "the first line's prev must be GENESIS",
                 "not_entry": "a JSON line that is not a full entry is bad, not a crash",
+                "no_record": "a JSON line without its record is bad, not a crash",
                 "insert": "a duplicated line breaks the chain"}
 
 
 def trace_chain(learner, check):
     redact, chain, first_bad = (learner.function(n) for n in ("redact_pii", "chain_records", "first_bad_line"))
+    luhn = learner.function("luhn_ok")
     rng = random.Random(9090)
+    numbers = list(LUHN_CASES)
+    for case in range(12):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(2, 19)))
+        numbers.append((f"random number {case}", _with_check_digit(digits[:-1]) if case % 2 else digits))
+    for label, digits in numbers:
+        check.equal(f"luhn_ok: {label}", (lambda d: lambda: luhn(d))(digits), _luhn(digits))
     for label, text, expected in REDACT_CASES:
         # Text with nothing to redact comes back as it went in: a do-nothing answer passes that.
         check.equal(f"redact_pii: {label}", (lambda t: lambda: redact(t))(text), expected, edge=expected == text)
@@ -552,6 +588,8 @@ def trace_chain(learner, check):
                 GENESIS)
     check.equal("chain_records: every string in a record is redacted, at any depth (dicts and lists)",
                 lambda: [json.loads(x)["record"] for x in replay()], redacted)
+    check.equal("chain_records: dict keys are redacted too", lambda: json.loads(replay()[3])["record"].get("by_caller"),
+                redacted[3]["by_caller"])
     check.equal("chain_records: hash = sha256 of canonical {prev, redacted record}, hex",
                 lambda: [entry_hash(e["record"], e["prev"]) == e["hash"] for e in map(json.loads, replay())],
                 [True] * len(records))
@@ -573,6 +611,8 @@ def trace_chain(learner, check):
     check.equal("first_bad_line: an intact log is None", lambda: first_bad(list(short_log)), None)
     check.equal("first_bad_line: an empty log is None", lambda: first_bad([]), None)
     check.equal("first_bad_line: a long intact log is None", lambda: first_bad(list(long_log)), None)
+    check.equal("first_bad_line: a log cut after a good line is, line by line, an intact chain (None)",
+                lambda: first_bad(list(long_log[:-2])), _course_verify(long_log[:-2]).bad_line)
     for how, rule in TAMPER_RULES.items():
         for log in (short_log, long_log):
             bad = _tampered(log, how, rng)

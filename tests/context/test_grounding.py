@@ -104,6 +104,7 @@ def test_experiments_run_on_the_shipped_model(shipped):
     assert [p.position for p in points] == [1, 2, 3] and all(p.n == 3 and 0 <= p.accuracy <= 1 for p in points)
     fenced, plain = g.injection_rate(model, tok, n=4)
     assert fenced.fenced and not plain.fenced and fenced.n == plain.n == 4
+    assert all(0 <= r.declined <= 1 and r.correct + r.declined <= 1 for r in (fenced, plain))
     convos = [c for c in heldout_split(6) if c.task == "grounded"]
     scored = g.reply_confidence(model, tok, convos)
     assert len(scored) == 6 and all(0 < s.confidence <= 1 for s in scored)

@@ -43,5 +43,15 @@ def test_bad_calls_say_what_to_give():
         measure_runs({}, None, heldout_split(1))
     with pytest.raises(ValueError, match="conversation"):
         measure_runs({"m": object()}, None, [])
+    with pytest.raises(ValueError, match="rounds"):
+        measure_runs({"m": object()}, None, heldout_split(1), rounds=0)
+
+
+def test_time_is_the_median_round_and_replies_do_not_change(shipped):
+    model, tok = shipped
+    convos = heldout_split(1)
+    one, three = (measure_runs({"fp32": model}, tok, convos, max_new_tokens=16, rounds=r) for r in (1, 3))
+    assert one.runs == three.runs and one.completion_tokens == three.completion_tokens
+    assert three.seconds["fp32"] > 0
     m = Measured({}, {"a": 2.0}, {"a": 100})
     assert m.tokens_per_second == {"a": 50.0} and m.all_runs() == []

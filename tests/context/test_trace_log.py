@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.context.trace_log import (CARD_RUN_RE, EMAIL_RE, GENESIS, TraceLog, TraceLogError, TraceRecord, luhn_valid,
-                                          main, redact, redact_record, verify)
+from course_lib.context.trace_log import (CARD_RUN_RE, EMAIL_RE, GENESIS, Head, TraceLog, TraceLogError, TraceRecord,
+                                          entry_hash, luhn_valid, main, redact, redact_record, verify)
 from course_lib.request_trace import RequestTrace, StageTiming
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,6 +127,70 @@ def test_rehashed_edit_still_breaks_the_next_link(tmp_path):
     assert verify(path).bad_line == 2
 
 
+# --- the head: what catches a cut tail -------------------------------------------------------
+
+def test_truncated_tail_passes_without_the_head_and_fails_with_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write_log(path, 4)
+    head = TraceLog(path).head()
+    assert head == Head(4, json.loads(_lines(path)[-1])["hash"])
+    for kept in (3, 1):  # the last line removed, then all but the first
+        _rewrite(path, _lines(path)[:kept])
+        assert verify(path).ok  # nothing follows the cut: the chain alone cannot show it
+        result = verify(path, head)
+        assert (result.ok, result.is_trace, result.records, result.bad_line) == (False, True, kept, kept + 1)
+        assert f"ends after {kept} records but the head says 4" in result.reason
+
+
+def test_the_head_allows_later_appends_and_catches_a_rewritten_chain(tmp_path):
+    path = tmp_path / "t.jsonl"
+    _write_log(path, 3)
+    head = TraceLog(path).head()
+    TraceLog(path).append(_record(3))  # the log grew after the head was taken: still fine
+    assert verify(path, head).ok and verify(path, str(head)).records == 4
+    lines, prev = _lines(path), GENESIS
+    for i, line in enumerate(lines):  # a forger edits line 2 and recomputes every hash after it
+        entry = json.loads(line)
+        if i == 1:
+            entry["record"]["final_state"] = "refused"
+        entry["prev"], entry["hash"] = prev, entry_hash(entry["record"], prev)
+        prev = entry["hash"]
+        lines[i] = json.dumps(entry, sort_keys=True, separators=(",", ":"))
+    _rewrite(path, lines)
+    assert verify(path).ok
+    result = verify(path, head)
+    assert (result.ok, result.bad_line) == (False, 3) and "not the head's hash" in result.reason
+
+
+def test_head_format_and_validation(tmp_path):
+    assert TraceLog(tmp_path / "none.jsonl").head() == Head(0, GENESIS)
+    head = Head(2, "ab" * 32)
+    assert Head.parse(str(head)) == head and str(head) == "2:" + "ab" * 32
+    for bad in ("2", "x:" + "ab" * 32, "2:abc", "-1:" + "ab" * 32):
+        with pytest.raises(ValueError, match="COUNT:HASH|64 lowercase hex|int >= 0"):
+            Head.parse(bad)
+
+
+def test_main_head_and_verify_with_head(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    _write_log(path, 3)
+    assert main(["head", str(path)]) == 0
+    head = capsys.readouterr().out.strip()
+    assert head == str(TraceLog(path).head())
+    assert main(["verify", str(path)]) == 0
+    assert "Not checked without --head: lines cut from the end" in capsys.readouterr().out  # says plainly what it could not see
+    assert main(["verify", str(path), "--head", head]) == 0
+    assert "reaching the head" in capsys.readouterr().out
+    _rewrite(path, _lines(path)[:2])
+    assert main(["verify", str(path)]) == 0
+    assert main(["verify", str(path), "--head", head]) == 1
+    assert "truncated: the log ends after 2 records but the head says 3" in capsys.readouterr().out
+    assert main(["head", str(tmp_path / "nope.jsonl")]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", str(path), "--head", "three"])
+    assert exit_.value.code == 2 and "COUNT:HASH" in capsys.readouterr().err
+
+
 # --- exit codes ------------------------------------------------------------------------------
 
 def _cases(tmp_path) -> dict[str, tuple[Path, int]]:
@@ -149,7 +213,7 @@ def test_main_exit_codes(tmp_path, capsys):
     for name, (path, code) in _cases(tmp_path).items():
         assert main(["verify", str(path)]) == code, name
     out = capsys.readouterr()
-    assert "ok: 3 records" in out.out and "line 2" in out.out and "no such file" in out.err
+    assert "ok: 3 records, chain intact" in out.out and "line 2" in out.out and "no such file" in out.err
 
 
 def test_course_cli_exit_codes(tmp_path):
@@ -162,7 +226,7 @@ def test_course_cli_exit_codes(tmp_path):
     for name, process in running.items():
         outputs[name] = process.communicate(timeout=60)
         assert process.returncode == cases[name][1], (name, outputs[name])
-    assert outputs["good"][0].strip() == "ok: 3 records"
+    assert outputs["good"][0].startswith("ok: 3 records, chain intact")
     assert "line 2" in outputs["bad"][0] and "not a trace log" in outputs["other"][1]
 
 

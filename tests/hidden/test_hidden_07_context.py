@@ -1,399 +1,301 @@
-"""Known-wrong answers to notebook 07, each with the rule it breaks (run by test_wrong_answers.py)."""
+"""Known-wrong answers to notebook 07, each with the rule it breaks (run by test_wrong_answers.py).
+
+Every one is an edit of the notebook's own solution (tests/hidden/mutants.py): the edit is the
+learner's mistake, and it breaks one rule that the exercise text states.
+"""
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import re
-from collections import Counter
+from tests.hidden.mutants import moved, mutant
 
-from course_lib.context.trace_log import GENESIS, canonical
-from tests.hidden.conftest import answers
+NOTEBOOK = "07_context"
 
 
-def _setup(name):
-    """A name the notebook's setup cell defines (EMAIL_RE, NUMBER_RE), read when a wrong answer runs."""
-    return answers("07_context")[name]
+def _edit(name, *edits, label):
+    """The solution of ``name`` with ``edits`` applied, in place of the learner's ``name``."""
+    return {name: mutant(NOTEBOOK, name, *edits, label=label)}
+
+
+def _trace_edit(*edits, label):
+    """An edit of the trace_chain solution cell, which defines all four functions: the learner's
+    namespace holds the edited cell's four (a wrong luhn_ok is the one its redact_pii calls)."""
+    return {name: mutant(NOTEBOOK, name, *edits, label=label)
+            for name in ("luhn_ok", "redact_pii", "chain_records", "first_bad_line")}
 
 
 # -- fit_context -------------------------------------------------------------------------------
-def _fit_with(*, margin=True, reserve=True, order="score", ties="input", passage_stop=True, newest=True,
-              turn_stop=True, passages_first=True, fits="<=", raises="message", turns_ascending=True,
-              count_required=True):
-    def fit_context(window, reserve_output, margin_, system_tokens, question_tokens, turns, passages):
-        budget = window - (reserve_output if reserve else 0) - (margin_ if margin else 0)
-        required = system_tokens + question_tokens
-        if required > budget and raises != "none":
-            raise ValueError(f"over by {required - budget} tokens" if raises == "message" else "too long")
-        used = required
+_PASSAGE_STOP = "        if used + tokens > budget:\n            break\n"
+_TURN_STOP = "        if used + turns[index] > budget:\n            break\n"
+_OVERFLOW = ('    if used > budget:\n'
+             '        raise ValueError(f"the system message and the question need {used} tokens but the budget is '
+             '{budget}: "\n'
+             '                         f"over by {used - budget} tokens")\n')
+_OVERFLOW_MESSAGE = ('f"the system message and the question need {used} tokens but the budget is {budget}: "\n'
+                     '                         f"over by {used - budget} tokens"')
 
-        def fit(tokens):
-            return used + tokens <= budget if fits == "<=" else used + tokens < budget
-
-        if order == "input":
-            ranked = list(passages)
-        elif ties == "by_id":
-            ranked = sorted(passages, key=lambda p: (-p[2], p[0]))
-        else:
-            ranked = sorted(passages, key=lambda p: -p[2])
-        kept, kept_turns = [], []
-
-        def fill_passages():
-            nonlocal used
-            for pid, tokens, _ in ranked:
-                if not fit(tokens):
-                    if passage_stop:
-                        break
-                    continue
-                kept.append(pid)
-                used += tokens
-
-        def fill_turns():
-            nonlocal used
-            indices = range(len(turns) - 1, -1, -1) if newest else range(len(turns))
-            for i in indices:
-                if not fit(turns[i]):
-                    if turn_stop:
-                        break
-                    continue
-                kept_turns.append(i)
-                used += turns[i]
-
-        for fill in ((fill_passages, fill_turns) if passages_first else (fill_turns, fill_passages)):
-            fill()
-        turns_out = sorted(kept_turns) if turns_ascending else sorted(kept_turns, reverse=True)
-        tokens = used if count_required else used - required
-        return {"passages": kept, "turns": turns_out, "prompt_tokens": tokens, "left": budget - used}
-    fit_context.__name__ = "_fit_" + "_".join(
-        k for k, on in (("no_margin", not margin), ("no_reserve", not reserve), ("input_order", order == "input"),
-                        ("ties_by_id", ties == "by_id"), ("skips_passages", not passage_stop),
-                        ("oldest_turns", not newest), ("holes", not turn_stop), ("history_first", not passages_first),
-                        ("strict_fit", fits != "<="), (f"raise_{raises}", raises != "message"),
-                        ("turns_descending", not turns_ascending), ("pieces_only", not count_required)) if on)
-    return fit_context
-
+FIT_CONTEXT = [
+    (_edit("fit_context", ("budget = window - reserve_output - margin", "budget = window - reserve_output"),
+           label="_fit_no_margin"), "(the margin counts)"),
+    (_edit("fit_context", ("budget = window - reserve_output - margin", "budget = window - margin"),
+           label="_fit_no_reserve"), "(the reserved output counts)"),
+    (_edit("fit_context", ("sorted(passages, key=lambda p: -p[2])", "passages"), label="_fit_input_order"),
+     "passages by score, highest first"),
+    (_edit("fit_context", ("key=lambda p: -p[2]", "key=lambda p: p[2]"), label="_fit_lowest_first"),
+     "passages by score, highest first"),
+    (_edit("fit_context", ("for passage_id, tokens, _ in", "for passage_id, _, tokens in"),
+           label="_fit_reads_score_as_tokens"), "prompt_tokens and left: prompt_tokens counts"),
+    (_edit("fit_context", ("key=lambda p: -p[2]", "key=lambda p: (-p[2], p[0])"), label="_fit_ties_by_id"),
+     "equal scores keep the input order"),
+    (_edit("fit_context", ("sorted(passages, key=lambda p: -p[2])", "sorted(passages, key=lambda p: p[2])[::-1]"),
+           label="_fit_ties_reversed"), "equal scores keep the input order"),
+    (_edit("fit_context", (_PASSAGE_STOP, _PASSAGE_STOP.replace("break", "continue")), label="_fit_skips_passages"),
+     "a passage that does not fit stops the ranking"),
+    (_edit("fit_context", ("for index in reversed(range(len(turns))):", "for index in range(len(turns)):"),
+           ("kept_turns.insert(0, index)", "kept_turns.append(index)"), label="_fit_oldest_turns"),
+     "the newest turns are kept, the oldest dropped first"),
+    (_edit("fit_context", (_TURN_STOP, _TURN_STOP.replace("break", "continue")), label="_fit_turn_holes"), "(no holes)"),
+    (_edit("fit_context", moved("    kept_passages = []", "    kept_turns = []", before="    return {"),
+           label="_fit_history_first"), "passages take the budget before the turns"),
+    (_edit("fit_context", ("used + tokens > budget", "used + tokens >= budget"),
+           ("used + turns[index] > budget", "used + turns[index] >= budget"), label="_fit_strict_fit"),
+     "an exact fit is kept"),
+    (_edit("fit_context", (_OVERFLOW, ""), label="_fit_never_raises"), "required parts over the budget raise ValueError"),
+    (_edit("fit_context", (_OVERFLOW_MESSAGE, '"the system message and the question do not fit"'),
+           label="_fit_bare_overflow_message"), "the overflow message says by how many tokens"),
+    (_edit("fit_context", ("if used > budget:", "if used >= budget:"), label="_fit_raises_on_exact_fill"),
+     "required parts that exactly fill the budget do not raise"),
+    (_edit("fit_context", ("kept_turns.insert(0, index)", "kept_turns.append(index)"), label="_fit_turns_descending"),
+     "kept turns are returned oldest first"),
+    (_edit("fit_context", ('"prompt_tokens": used', '"prompt_tokens": used - system_tokens - question_tokens'),
+           label="_fit_pieces_only"), "prompt_tokens counts the system message"),
+    (_edit("fit_context", ('"passages": kept_passages', '"passages": [p[0] for p in passages if p[0] in kept_passages]'),
+           label="_fit_passages_in_input_order"), "the kept passages are listed in rank order"),
+    (_edit("fit_context", ('"left": budget - used', '"left": window - used'), label="_fit_left_of_window"),
+     "prompt_tokens and left"),
+]
 
 # -- bm25_scores -------------------------------------------------------------------------------
-def _bm25_with(*, idf="okapi", floor="average", floor_when="negative", average="all_before", tf="count",
-               document_frequency="passages", query="as_given", length=True, avgdl="terms", epsilon_used=True,
-               k1_used=True, validate=True):
-    def bm25_scores(query_terms, corpus_terms, k1=1.5, b=0.75, epsilon=0.25):
-        if validate and (not corpus_terms or not any(corpus_terms)):
-            raise ValueError("empty corpus")
-        k1 = k1 if k1_used else 1.5
-        epsilon = epsilon if epsilon_used else 0.25
-        n = len(corpus_terms)
-        lengths = [len(d) if avgdl == "terms" else len(set(d)) for d in corpus_terms]
-        average_length = sum(lengths) / n
-        counts = [Counter(d) for d in corpus_terms]
-        if document_frequency == "passages":
-            holding = Counter(t for c in counts for t in c)
-        else:
-            holding = Counter(t for d in corpus_terms for t in d)
-        if idf == "okapi":
-            raw = {t: math.log(n - m + 0.5) - math.log(m + 0.5) for t, m in holding.items()}
-        else:  # the textbook log(N / n)
-            raw = {t: math.log(n / m) for t, m in holding.items()}
-        if floor == "none":
-            table = raw
-        else:
-            if average == "all_before":
-                mean = sum(raw.values()) / len(raw)
-            elif average == "query":
-                present = [raw[q] for q in query_terms if q in raw] or [0.0]
-                mean = sum(present) / len(present)
-            else:  # after clamping negatives to 0
-                mean = sum(max(v, 0.0) for v in raw.values()) / len(raw)
-            value = {"average": epsilon * mean, "epsilon": epsilon, "zero": 0.0,
-                     "clamped": max(epsilon * mean, 0.0)}[floor]
-            below = (lambda v: v < 0) if floor_when == "negative" else (lambda v: v <= 0)
-            table = {t: (value if below(v) else v) for t, v in raw.items()}
-        terms = query_terms if query == "as_given" else list(dict.fromkeys(query_terms))
-        scores = []
-        for c, dl in zip(counts, lengths):
-            norm = k1 * (1 - b + b * dl / average_length) if length else k1
-            total = 0.0
-            for q in terms:
-                f = c.get(q, 0) if tf == "count" else min(c.get(q, 0), 1)
-                total += table.get(q, 0.0) * f * (k1 + 1) / (f + norm) if f + norm else 0.0
-            scores.append(total)
-        return scores
-    bm25_scores.__name__ = "_bm25_" + "_".join(
-        k for k, on in ((f"idf_{idf}", idf != "okapi"), (f"floor_{floor}", floor != "average"),
-                        ("floors_zero", floor_when != "negative"), (f"average_{average}", average != "all_before"),
-                        ("binary_tf", tf != "count"), ("df_occurrences", document_frequency != "passages"),
-                        ("query_set", query != "as_given"), ("no_length_norm", not length),
-                        ("avgdl_unique", avgdl != "terms"), ("fixed_epsilon", not epsilon_used),
-                        ("fixed_k1", not k1_used), ("no_validation", not validate)) if on)
-    return bm25_scores
+_FLOOR = "floor = epsilon * sum(idf.values()) / len(idf)"
+_FLOORED = "floor if value < 0 else value"
+_PER_TERM = "idf.get(q, 0.0) * tf.get(q, 0) * (k1 + 1) / (tf.get(q, 0) + norm)"
+_PASSAGES_HOLDING = "        for term in tf:\n            holding[term] = holding.get(term, 0) + 1\n"
+_COUNT_TERM = "            tf[term] = tf.get(term, 0) + 1\n"
+_EMPTY_CORPUS = ('    if not corpus_terms or not any(corpus_terms):\n'
+                 '        raise ValueError("the corpus needs at least one passage with at least one term")\n')
 
+BM25_SCORES = [
+    (_edit("bm25_scores", ("math.log(n_passages - n + 0.5) - math.log(n + 0.5)", "math.log(n_passages / n)"),
+           label="_bm25_textbook_idf"), "the worked example"),
+    (_edit("bm25_scores", (f"    idf = {{t: {_FLOORED} for t, value in idf.items()}}\n", ""), label="_bm25_no_floor"),
+     "gets the epsilon floor"),
+    (_edit("bm25_scores", (_FLOORED, "epsilon if value < 0 else value"), label="_bm25_floor_is_epsilon"),
+     "gets the epsilon floor"),
+    (_edit("bm25_scores", (_FLOORED, "0.0 if value < 0 else value"), label="_bm25_floor_zero"), "gets the epsilon floor"),
+    (_edit("bm25_scores", (_FLOOR, f"floor = max({_FLOOR[8:]}, 0.0)"), label="_bm25_floor_clamped"),
+     "the negative floor of a tiny corpus"),
+    (_edit("bm25_scores", (_FLOOR, "present = [idf[q] for q in query_terms if q in idf] or [0.0]\n"
+                                   "    floor = epsilon * sum(present) / len(present)"), label="_bm25_floor_over_query"),
+     "gets the epsilon floor"),
+    (_edit("bm25_scores", ("sum(idf.values())", "sum(max(v, 0.0) for v in idf.values())"),
+           label="_bm25_floor_after_clamping"), "gets the epsilon floor"),
+    (_edit("bm25_scores", (_FLOORED, "floor if value <= 0 else value"), label="_bm25_floors_zero"), "an idf of exactly 0"),
+    (_edit("bm25_scores", ("for q in query_terms))", "for q in set(query_terms)))"), label="_bm25_query_as_set"),
+     "a repeated query term counts each time"),
+    (_edit("bm25_scores", (_PER_TERM, _PER_TERM.replace("tf.get(q, 0)", "min(tf.get(q, 0), 1)")), label="_bm25_binary_tf"),
+     "term frequency saturates"),
+    (_edit("bm25_scores", (_PASSAGES_HOLDING, ""),
+           (_COUNT_TERM, _COUNT_TERM + "            holding[term] = holding.get(term, 0) + 1\n"),
+           label="_bm25_counts_occurrences"), "n(q) counts passages"),
+    (_edit("bm25_scores", ("norm = k1 * (1 - b + b * len(doc) / avgdl)", "norm = k1"), label="_bm25_no_length_norm"),
+     "length normalization: b = 1"),
+    (_edit("bm25_scores", ("norm = k1 * (1 - b + b * len(doc) / avgdl)", "norm = k1 * (1 - 0.75 + 0.75 * len(doc) / avgdl)"),
+           label="_bm25_b_ignored"), "length normalization: b = 0 ignores passage length"),
+    (_edit("bm25_scores", ("sum(len(doc) for doc in corpus_terms)", "sum(len(set(doc)) for doc in corpus_terms)"),
+           label="_bm25_avgdl_of_distinct_terms"), "avgdl is the total number of terms"),
+    (_edit("bm25_scores", ("floor = epsilon *", "floor = 0.25 *"), label="_bm25_epsilon_ignored"), "with another epsilon"),
+    (_edit("bm25_scores", ("    n_passages = len(corpus_terms)\n", "    k1 = 1.5  # the usual value\n"
+                                                                   "    n_passages = len(corpus_terms)\n"),
+           label="_bm25_k1_ignored"), "the k1 parameter is used"),
+    (_edit("bm25_scores", ("k1=1.5", "k1=1.2"), label="_bm25_default_k1_1_2"), "the worked example"),
+    (_edit("bm25_scores", (_EMPTY_CORPUS, ""), label="_bm25_no_validation"), "an empty corpus raises ValueError"),
+    (_edit("bm25_scores", ("if not corpus_terms or not any(corpus_terms):", "if not corpus_terms:"),
+           label="_bm25_termless_corpus_divides_by_zero"), "a corpus with no term at all raises ValueError"),
+    (_edit("bm25_scores", ("idf.get(q, 0.0)", "idf[q]"), label="_bm25_absent_term_key_error"),
+     "a query term absent from the corpus adds 0"),
+    (_edit("bm25_scores", ("    return scores", "    return sorted(scores, reverse=True)"), label="_bm25_sorted_scores"),
+     "one score per passage, in corpus order"),
+]
 
 # -- abstention_threshold ----------------------------------------------------------------------
-def _validate_threshold_args(confidences, correct, target):
-    if len(confidences) != len(correct) or not confidences or not 0 < target <= 1 \
-            or any(not 0 <= c <= 1 for c in confidences):
-        raise ValueError("bad input")
+_REACHES = "        if sum(answered) / len(answered) >= target_accuracy:"
+_GUARDED = "        if answered and sum(answered) / len(answered) >= target_accuracy:"  # no division by an empty set
+_VALIDATION = ('    if len(confidences) != len(correct) or not confidences:\n'
+               '        raise ValueError("need one confidence and one correct flag per question, and at least one '
+               'question")\n'
+               '    if not 0 < target_accuracy <= 1:\n'
+               '        raise ValueError(f"target_accuracy must be in (0, 1], got {target_accuracy}")\n'
+               '    if any(not 0 <= c <= 1 for c in confidences):\n'
+               '        raise ValueError("confidences must lie in [0, 1]")\n')
 
-
-def _pick_with(*, choose="lowest", scan="all", answered_cmp=">=", target_cmp=">=", none=math.inf,
-               candidates="confidences", accuracy_over="answered", validate=True):
-    def pick_threshold(confidences, correct, target_accuracy):
-        if validate:
-            _validate_threshold_args(confidences, correct, target_accuracy)
-
-        def accuracy(t):
-            answered = [ok for c, ok in zip(confidences, correct) if (c >= t if answered_cmp == ">=" else c > t)]
-            if not answered:
-                return -1.0
-            return sum(answered) / (len(answered) if accuracy_over == "answered" else len(confidences))
-
-        def reaches(t):
-            a = accuracy(t)
-            return a >= target_accuracy if target_cmp == ">=" else a > target_accuracy
-
-        pool = sorted(set(confidences), reverse=True) if candidates == "confidences" else \
-            [i / 20 for i in range(20, -1, -1)]
-        if scan == "stop_at_first_miss":  # assumes accuracy falls as the threshold falls
-            best = none
-            for t in pool:
-                if not reaches(t):
-                    if best is not none:
-                        break
-                    continue
-                best = t
-            return best
-        reaching = [t for t in pool if reaches(t)]
-        if not reaching:
-            return none
-        return min(reaching) if choose == "lowest" else max(reaching)
-    pick_threshold.__name__ = "_pick_" + "_".join(
-        k for k, on in (("highest", choose != "lowest"), ("stops_early", scan != "all"),
-                        ("strict_answered", answered_cmp != ">="), ("strict_target", target_cmp != ">="),
-                        (f"none_{none}", none != math.inf), ("grid", candidates != "confidences"),
-                        ("accuracy_over_all", accuracy_over != "answered"), ("no_validation", not validate)) if on)
-    return pick_threshold
-
-
-def _selective_with(*, empty_accuracy=None, wrong="answered", coverage="all"):
-    def selective_answer(confidences, correct, threshold):
-        answered = [ok for c, ok in zip(confidences, correct) if c >= threshold]
-        right = sum(answered)
-        if coverage == "all":
-            share = len(answered) / len(confidences)
-        else:  # answered against abstained
-            share = len(answered) / max(len(confidences) - len(answered), 1)
-        wrong_count = len(answered) - right if wrong == "answered" else len(correct) - sum(correct)
-        return {"coverage": share, "accuracy": right / len(answered) if answered else empty_accuracy,
-                "answered": len(answered), "wrong_answered": wrong_count}
-    selective_answer.__name__ = "_selective_" + "_".join(
-        k for k, on in (("empty_zero", empty_accuracy is not None), ("wrong_all", wrong != "answered"),
-                        ("coverage_vs_abstained", coverage != "all")) if on)
-    return selective_answer
-
+ABSTENTION_THRESHOLD = [
+    (_edit("pick_threshold", ("return min(reaching) if reaching", "return max(reaching) if reaching"),
+           label="_pick_highest"), "the lowest threshold that reaches"),
+    (_edit("pick_threshold", ("    for t in set(confidences):", "    for t in sorted(set(confidences), reverse=True):"),
+           ("            reaching.append(t)\n", "            reaching.append(t)\n        elif reaching:\n            break\n"),
+           label="_pick_stops_at_first_miss"), "accuracy need not rise with the threshold"),
+    (_edit("pick_threshold", ("if c >= t]", "if c > t]"), (_REACHES, _GUARDED), label="_pick_strict_answered"),
+     "confidences equal to the threshold are answered"),
+    (_edit("pick_threshold", ("/ len(answered) >= target_accuracy", "/ len(answered) > target_accuracy"),
+           label="_pick_strict_target"), "accuracy exactly at the target reaches it"),
+    (_edit("pick_threshold", ("else math.inf", "else 1.0"), label="_pick_none_is_one"),
+     "no threshold reaches the target: math.inf"),
+    (_edit("pick_threshold", ("else math.inf", "else None"), label="_pick_none_is_none"),
+     "no threshold reaches the target: math.inf"),
+    (_edit("pick_threshold", ("    for t in set(confidences):", "    for t in [i / 20 for i in range(21)]:"),
+           (_REACHES, _GUARDED), label="_pick_grid"), "candidates are the confidences themselves, not a grid"),
+    (_edit("pick_threshold", ("sum(answered) / len(answered)", "sum(answered) / len(confidences)"),
+           label="_pick_accuracy_over_all"), "accuracy is computed over the answered questions only"),
+    (_edit("pick_threshold", ("sum(answered) / len(answered) >=", "sum(answered) // len(answered) >="),
+           label="_pick_integer_division"), "accuracy is a float division"),
+    (_edit("pick_threshold", (_VALIDATION, ""), label="_pick_no_validation"), "invalid input raises ValueError"),
+    (_edit("pick_threshold", ("len(confidences) != len(correct) or not confidences", "not confidences"),
+           label="_pick_lengths_unchecked"), "(lengths differ)"),
+    (_edit("pick_threshold", ("len(confidences) != len(correct) or not confidences", "len(confidences) != len(correct)"),
+           label="_pick_empty_unchecked"), "(no answers)"),
+    (_edit("pick_threshold", ("if not 0 < target_accuracy <= 1:", "if not 0 <= target_accuracy <= 1:"),
+           label="_pick_target_zero_allowed"), "(target 0)"),
+    (_edit("pick_threshold", ("if not 0 < target_accuracy <= 1:", "if not 0 < target_accuracy:"),
+           label="_pick_target_above_one_allowed"), "(target above 1)"),
+    (_edit("pick_threshold", ("any(not 0 <= c <= 1 for c in confidences)", "any(c > 1 for c in confidences)"),
+           label="_pick_negative_confidence_allowed"), "(a negative confidence)"),
+    (_edit("pick_threshold", ("any(not 0 <= c <= 1 for c in confidences)", "any(c < 0 for c in confidences)"),
+           label="_pick_confidence_above_one_allowed"), "(a confidence above 1)"),
+    (_edit("selective_answer", ("if c >= threshold]", "if c > threshold]"), label="_selective_strict_answered"),
+     "coverage = answered / all questions"),
+    (_edit("selective_answer", ("if answered else None", "if answered else 0.0"), label="_selective_empty_zero"),
+     "accuracy is None when nothing is answered"),
+    (_edit("selective_answer", ('"wrong_answered": len(answered) - right', '"wrong_answered": len(correct) - sum(correct)'),
+           label="_selective_wrong_of_all"), "answered and wrong_answered count answered questions only"),
+    (_edit("selective_answer", ('"coverage": len(answered) / len(confidences)',
+                                '"coverage": (len(confidences) - len(answered)) / len(confidences)'),
+           label="_selective_coverage_of_abstained"), "coverage = answered / all questions"),
+    (_edit("selective_answer", ("right / len(answered) if answered", "right // len(answered) if answered"),
+           label="_selective_integer_division"), "accuracy = right / answered"),
+]
 
 # -- task_cost ---------------------------------------------------------------------------------
-def _cost_with(*, per=1e6, swapped=False, completion=True, divide_success="successes", zero="inf",
-               failure="failed", failure_in_request=False, validate=True):
-    def task_cost(requests, successes, prompt_tokens, completion_tokens, input_per_million, output_per_million,
-                  failure_cost=0.0):
-        if validate and (requests < 1 or not 0 <= successes <= requests or
-                         min(prompt_tokens, completion_tokens, input_per_million, output_per_million, failure_cost) < 0):
-            raise ValueError("bad input")
-        inp, out = (output_per_million, input_per_million) if swapped else (input_per_million, output_per_million)
-        tokens_usd = (prompt_tokens * inp + (completion_tokens * out if completion else 0)) / per
-        extra = {"failed": requests - successes, "requests": requests, "none": 0}[failure] * failure_cost
-        per_request = (tokens_usd + (extra if failure_in_request else 0)) / requests
-        if successes == 0:
-            per_success = {"inf": math.inf, "zero": 0.0, "tokens": tokens_usd}[zero]
-        else:
-            per_success = (tokens_usd + extra) / (successes if divide_success == "successes" else requests)
-        return {"tokens_usd": tokens_usd, "per_request": per_request, "per_success": per_success}
-    task_cost.__name__ = "_cost_" + "_".join(
-        k for k, on in (("per_thousand", per != 1e6), ("swapped_prices", swapped), ("no_completion", not completion),
-                        ("per_request_divisor", divide_success != "successes"), (f"zero_{zero}", zero != "inf"),
-                        (f"failure_{failure}", failure != "failed"), ("failure_in_request", failure_in_request),
-                        ("no_validation", not validate)) if on)
-    return task_cost
+_BILL = "prompt_tokens * input_per_million + completion_tokens * output_per_million"
+_COST_CHECKS = ('    if requests < 1 or not 0 <= successes <= requests:\n'
+                '        raise ValueError(f"need requests >= 1 and 0 <= successes <= requests, got {requests} and '
+                '{successes}")\n'
+                '    if min(prompt_tokens, completion_tokens, input_per_million, output_per_million, failure_cost) < 0:\n'
+                '        raise ValueError("token counts, prices and failure_cost must not be negative")\n')
 
+TASK_COST = [
+    (_edit("task_cost", ("/ 1e6", "/ 1e3"), label="_cost_per_thousand"), "prices per million tokens"),
+    (_edit("task_cost", ("/ 1e6", "* requests / 1e6"), label="_cost_tokens_per_request"), "the token bill"),
+    (_edit("task_cost", (_BILL, "prompt_tokens * output_per_million + completion_tokens * input_per_million"),
+           label="_cost_swapped_prices"), "prompt tokens at the input price"),
+    (_edit("task_cost", (_BILL, "prompt_tokens * input_per_million"), label="_cost_no_completion"),
+     "completion tokens at the output price"),
+    (_edit("task_cost", ("paid / successes if successes", "paid / requests if successes"), label="_cost_per_request_divisor"),
+     "cost per success divides everything paid by the successes"),
+    (_edit("task_cost", ("else math.inf", "else 0.0"), label="_cost_zero_successes_zero"),
+     "no success at all: the cost per success is math.inf"),
+    (_edit("task_cost", ("else math.inf", "else tokens_usd"), label="_cost_zero_successes_the_bill"),
+     "no success at all: the cost per success is math.inf"),
+    (_edit("task_cost", ("paid / successes if successes else math.inf", "paid / successes"),
+           label="_cost_zero_successes_divide"), "no success at all: the cost per success is math.inf"),
+    (_edit("task_cost", ("not 0 <= successes <= requests:", "not 0 < successes <= requests:"),
+           label="_cost_zero_successes_raise"), "no success at all: the cost per success is math.inf"),
+    (_edit("task_cost", ("(requests - successes) * failure_cost", "requests * failure_cost"),
+           label="_cost_failure_per_request"), "failure_cost is added for each failed request"),
+    (_edit("task_cost", ("paid = tokens_usd + (requests - successes) * failure_cost", "paid = tokens_usd"),
+           label="_cost_failure_ignored"), "failure_cost is added for each failed request"),
+    (_edit("task_cost", ('"per_request": tokens_usd / requests', '"per_request": paid / requests'),
+           label="_cost_failure_in_request"), "cost per request is the token bill alone"),
+    (_edit("task_cost", (_COST_CHECKS, ""), label="_cost_no_validation"), "invalid input raises ValueError"),
+    (_edit("task_cost", ("if requests < 1 or not 0 <= successes", "if not 0 <= successes"),
+           label="_cost_zero_requests_unchecked"), "(zero requests)"),
+    (_edit("task_cost", ("not 0 <= successes <= requests:", "successes < 0:"),
+           label="_cost_successes_above_requests_allowed"), "(more successes than requests)"),
+    (_edit("task_cost", ("not 0 <= successes <= requests:", "successes > requests:"),
+           label="_cost_negative_successes_allowed"), "(negative successes)"),
+    (_edit("task_cost", ("min(prompt_tokens, completion_tokens, input_per_million", "min(input_per_million"),
+           label="_cost_token_counts_unchecked"), "(negative prompt tokens)"),
+    (_edit("task_cost", ("output_per_million, failure_cost) < 0", "output_per_million) < 0"),
+           label="_cost_failure_cost_unchecked"), "(a negative failure cost)"),
+    (_edit("task_cost", ("min(prompt_tokens, completion_tokens, input_per_million, output_per_million, failure_cost)",
+                         "min(prompt_tokens, completion_tokens, failure_cost)"), label="_cost_prices_unchecked"),
+     "(a negative input price)"),
+    (_edit("task_cost", ("failure_cost=0.0):", "failure_cost):"), label="_cost_no_default_failure_cost"),
+     "failure_cost defaults to 0.0"),
+]
 
 # -- trace_chain -------------------------------------------------------------------------------
-def _luhn(digits, parity=1):
-    total = 0
-    for position, char in enumerate(reversed(digits)):
-        value = int(char)
-        if position % 2 == parity:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
+_PHONE = '        if 9 <= len(digits) <= 15 and (run.startswith("+") or run != digits):\n            return "[PHONE]"\n'
+_HASHED = 'canonical({"prev": prev, "record": redacted})).hexdigest()'
+_HASH_CHECK = (' and entry["hash"] ==\n'
+               '                    hashlib.sha256(canonical({"prev": entry["prev"], "record": entry["record"]})).hexdigest())')
 
-
-def _redact_with(*, phones=True, luhn="right", bare_phones=False, emails_first=True, phone_min=9, card_lengths=(13, 19),
-                 plus_cards=False):
-    def redact_pii(text):
-        def numbers(s):
-            def replace(match):
-                run = match.group()
-                digits = re.sub(r"\D", "", run)
-                valid = {"right": _luhn(digits), "none": True, "wrong_parity": _luhn(digits, parity=0)}[luhn]
-                if (plus_cards or not run.startswith("+")) and card_lengths[0] <= len(digits) <= card_lengths[1] and valid:
-                    return "[CARD]"
-                if phones and phone_min <= len(digits) <= 15 and (bare_phones or run.startswith("+") or run != digits):
-                    return "[PHONE]"
-                return run
-            return _setup("NUMBER_RE").sub(replace, s)
-        if emails_first:
-            return numbers(_setup("EMAIL_RE").sub("[EMAIL]", text))
-        return _setup("EMAIL_RE").sub("[EMAIL]", numbers(text))
-    redact_pii.__name__ = "_redact_" + "_".join(
-        k for k, on in (("no_phones", not phones), (f"luhn_{luhn}", luhn != "right"), ("bare_phones", bare_phones),
-                        ("numbers_first", not emails_first), (f"phone_min_{phone_min}", phone_min != 9),
-                        ("cards_16_only", card_lengths != (13, 19)), ("plus_cards", plus_cards)) if on)
-    return redact_pii
-
-
-_RIGHT_REDACT = _redact_with()
-
-
-def _chain_with(*, with_prev=True, redact_before_hash=True, genesis=GENESIS, deep=True, line="canonical",
-                copy_input=True, prev_from="hash"):
-    def chain_records(records):
-        def clean(value, depth=0):
-            if isinstance(value, str):
-                return _RIGHT_REDACT(value)
-            if isinstance(value, dict) and (deep or depth == 0):
-                return {k: clean(v, depth + 1) for k, v in value.items()}
-            if isinstance(value, list) and deep:
-                return [clean(v, depth + 1) for v in value]
-            return value
-
-        lines, prev = [], genesis
-        for record in records:
-            if copy_input:
-                redacted = clean(record)
-            else:  # redacts in place: the caller's records change
-                for key, value in list(record.items()):
-                    record[key] = clean(value, 1)
-                redacted = record
-            hashed = redacted if redact_before_hash else record
-            payload = {"prev": prev, "record": hashed} if with_prev else {"record": hashed}
-            digest = hashlib.sha256(canonical(payload)).hexdigest()
-            entry = {"hash": digest, "prev": prev, "record": redacted}
-            lines.append(canonical(entry).decode("utf-8") if line == "canonical" else json.dumps(entry))
-            prev = digest if prev_from == "hash" else prev
-        return lines
-    chain_records.__name__ = "_chain_" + "_".join(
-        k for k, on in (("no_prev_in_hash", not with_prev), ("hashes_raw_record", not redact_before_hash),
-                        ("empty_genesis", genesis != GENESIS), ("shallow", not deep), ("plain_json", line != "canonical"),
-                        ("mutates_input", not copy_input), ("prev_stays_genesis", prev_from != "hash")) if on)
-    return chain_records
-
-
-def _first_bad_with(*, base=1, check_prev=True, check_hash=True, catch=True):
-    def first_bad_line(lines):
-        prev = GENESIS
-        for number, line in enumerate(lines, start=base):
-            if catch:
-                try:
-                    entry = json.loads(line)
-                    good = isinstance(entry, dict) and {"hash", "prev", "record"} <= set(entry)
-                except ValueError:
-                    good = False
-                if not good:
-                    return number
-            else:
-                entry = json.loads(line)
-            ok = (not check_prev or entry["prev"] == prev) and (not check_hash or entry["hash"] == hashlib.sha256(
-                canonical({"prev": entry["prev"], "record": entry["record"]})).hexdigest())
-            if not ok:
-                return number
-            prev = entry["hash"]
-        return None
-    first_bad_line.__name__ = "_first_bad_" + "_".join(
-        k for k, on in (("zero_based", base != 1), ("no_prev_check", not check_prev), ("no_hash_check", not check_hash),
-                        ("crashes", not catch)) if on)
-    return first_bad_line
-
+TRACE_CHAIN = [
+    (_trace_edit(('    text = EMAIL_RE.sub("[EMAIL]", text)\n', ""), label="_trace_no_emails"), "redact_pii: an email address"),
+    (_trace_edit((_PHONE, ""), label="_trace_no_phones"), "redact_pii: an international phone"),
+    (_trace_edit(moved("        if 9 <= len(digits)", "        return run", before="        if not run.startswith"),
+                 label="_trace_phone_before_card"), "a card is looked for before a phone"),
+    (_trace_edit((" and luhn_ok(digits):", ":"), label="_trace_no_luhn"), "a card-length number that fails Luhn is not a card"),
+    (_trace_edit(("if position % 2 == 1:", "if position % 2 == 0:"), label="_trace_luhn_doubles_from_the_last"),
+     "the Luhn check doubles every second digit from the right"),
+    (_trace_edit(("value = value * 2 - 9 if value > 4 else value * 2", "value = value * 2"),
+                 label="_trace_luhn_keeps_two_digit_doubles"), "has 9 subtracted"),
+    (_trace_edit(('9 <= len(digits) <= 15 and (run.startswith("+") or run != digits)', "9 <= len(digits) <= 15"),
+                 label="_trace_bare_phones"), "a bare run of digits is not a phone"),
+    (_trace_edit(('    text = EMAIL_RE.sub("[EMAIL]", text)\n', ""),
+                 ("    return NUMBER_RE.sub(replace, text)", '    return EMAIL_RE.sub("[EMAIL]", NUMBER_RE.sub(replace, text))'),
+                 label="_trace_numbers_first"), "emails are redacted before numbers"),
+    (_trace_edit(("9 <= len(digits) <= 15", "10 <= len(digits) <= 15"), label="_trace_phone_min_10"), "a phone of 9 digits"),
+    (_trace_edit(("9 <= len(digits) <= 15 and", "9 <= len(digits) and"), label="_trace_phone_no_upper_bound"),
+     "16 digits with separators that fail Luhn are neither card nor phone"),
+    (_trace_edit(('(run.startswith("+") or run != digits)', 'run.startswith("+")'), label="_trace_phone_needs_plus"),
+     "a phone written with dashes"),
+    (_trace_edit(("13 <= len(digits) <= 19", "len(digits) == 16"), label="_trace_cards_16_only"),
+     "a Luhn-valid card of 13 digits"),
+    (_trace_edit(("13 <= len(digits) <= 19", "13 <= len(digits) <= 16"), label="_trace_card_at_most_16"),
+     "a Luhn-valid card of 19 digits"),
+    (_trace_edit(('not run.startswith("+") and 13', "13"), label="_trace_plus_cards"), "a run starting with + is never a card"),
+    (_trace_edit((_HASHED, 'canonical({"record": redacted})).hexdigest()'), label="_trace_no_prev_in_hash"),
+     "hash = sha256 of canonical {prev, redacted record}"),
+    (_trace_edit((_HASHED, 'canonical({"prev": prev, "record": record})).hexdigest()'), label="_trace_hashes_raw_record"),
+     "hash = sha256 of canonical {prev, redacted record}"),
+    (_trace_edit(("lines, prev = [], GENESIS", 'lines, prev = [], ""'), label="_trace_empty_genesis"),
+     "the first line's prev is GENESIS"),
+    (_trace_edit(("{redact_pii(key): clean(item) for", "{redact_pii(key): redact_pii(item) if isinstance(item, str) else item for"),
+                 label="_trace_top_level_only"), "every string in a record is redacted, at any depth"),
+    (_trace_edit(("{redact_pii(key): clean(item)", "{key: clean(item)"), label="_trace_keys_not_redacted"),
+     "dict keys are redacted too"),
+    (_trace_edit(('canonical({"hash": digest, "prev": prev, "record": redacted}).decode("utf-8")',
+                  'json.dumps({"hash": digest, "prev": prev, "record": redacted})'), label="_trace_plain_json"),
+     "each line is canonical JSON"),
+    (_trace_edit(('}).decode("utf-8"))', '}))'), label="_trace_lines_as_bytes"), "chain_records: one line (a str) per record"),
+    (_trace_edit(("        redacted = clean(record)\n", "        for key in record:  # redacts in place\n"
+                                                         "            record[key] = clean(record[key])\n"
+                                                         "        redacted = record\n"), label="_trace_mutates_input"),
+     "does not change the caller's records"),
+    (_trace_edit(("        prev = digest\n", ""), label="_trace_prev_stays_genesis"), "each line's prev is the previous line's hash"),
+    (_trace_edit(("enumerate(lines, start=1)", "enumerate(lines)"), label="_trace_zero_based"), "1-based line numbers"),
+    (_trace_edit(('entry["prev"] == prev and ', ""), label="_trace_no_prev_check"), "a removed line breaks the next prev"),
+    (_trace_edit((_HASH_CHECK, ")"), label="_trace_no_hash_check"), "an edited record breaks its own hash"),
+    (_trace_edit(("except (ValueError, KeyError, TypeError):", "except (KeyError, TypeError):"),
+                 label="_trace_bad_json_crashes"), "a truncated line (not JSON) is bad, not a crash"),
+    (_trace_edit(("except (ValueError, KeyError, TypeError):", "except ValueError:"), label="_trace_missing_key_crashes"),
+     "a JSON line without its record is bad, not a crash"),
+    (_trace_edit(("    prev = GENESIS\n", "    prev = None\n"),
+                 ('entry["prev"] == prev and', '(prev is None or entry["prev"] == prev) and'),
+                 label="_trace_first_prev_unchecked"), "the first line's prev must be GENESIS"),
+    (_trace_edit(("    return None\n", "    return -1\n"), label="_trace_intact_is_minus_one"),
+     "first_bad_line: an intact log is None"),
+]
 
 # (exercise, replaced names, fragment of the hidden check it breaks): see test_wrong_answers.py
-WRONG_ANSWERS = [
-    ("fit_context", {"fit_context": _fit_with(margin=False)}, "(the margin counts)"),
-    ("fit_context", {"fit_context": _fit_with(reserve=False)}, "(the reserved output counts)"),
-    ("fit_context", {"fit_context": _fit_with(order="input")}, "passages by score, highest first"),
-    ("fit_context", {"fit_context": _fit_with(ties="by_id")}, "equal scores keep the input order"),
-    ("fit_context", {"fit_context": _fit_with(passage_stop=False)}, "a passage that does not fit stops the ranking"),
-    ("fit_context", {"fit_context": _fit_with(newest=False)}, "the newest turns are kept, the oldest dropped first"),
-    ("fit_context", {"fit_context": _fit_with(turn_stop=False)}, "(no holes)"),
-    ("fit_context", {"fit_context": _fit_with(passages_first=False)}, "passages take the budget before the turns"),
-    ("fit_context", {"fit_context": _fit_with(fits="<")}, "an exact fit is kept"),
-    ("fit_context", {"fit_context": _fit_with(raises="none")}, "required parts over the budget raise ValueError"),
-    ("fit_context", {"fit_context": _fit_with(raises="bare")}, "the overflow message says by how many tokens"),
-    ("fit_context", {"fit_context": _fit_with(turns_ascending=False)}, "kept turns are returned oldest first"),
-    ("fit_context", {"fit_context": _fit_with(count_required=False)}, "prompt_tokens counts the system message"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(idf="textbook")}, "the worked example"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(floor="none")}, "gets the epsilon floor"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(floor="epsilon")}, "gets the epsilon floor"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(floor="zero")}, "gets the epsilon floor"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(floor="clamped")}, "the negative floor of a tiny corpus"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(average="query")}, "gets the epsilon floor"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(average="after_clamp")}, "gets the epsilon floor"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(floor_when="non_positive")}, "an idf of exactly 0"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(query="set")}, "a repeated query term counts each time"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(tf="binary")}, "term frequency saturates"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(document_frequency="occurrences")}, "n(q) counts passages"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(length=False)}, "length normalization: b = 1"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(avgdl="unique")}, "avgdl is the total number of terms"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(epsilon_used=False)}, "with another epsilon"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(k1_used=False)}, "the k1 parameter is used"),
-    ("bm25_scores", {"bm25_scores": _bm25_with(validate=False)}, "an empty corpus raises ValueError"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(choose="highest")}, "the lowest threshold that reaches"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(scan="stop_at_first_miss")},
-     "accuracy need not rise with the threshold"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(answered_cmp=">")},
-     "confidences equal to the threshold are answered"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(target_cmp=">")}, "accuracy exactly at the target reaches it"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(none=1.0)}, "no threshold reaches the target: math.inf"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(none=None)}, "no threshold reaches the target: math.inf"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(candidates="grid")},
-     "candidates are the confidences themselves, not a grid"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(accuracy_over="all")},
-     "accuracy is computed over the answered questions only"),
-    ("abstention_threshold", {"pick_threshold": _pick_with(validate=False)}, "invalid input raises ValueError"),
-    ("abstention_threshold", {"selective_answer": _selective_with(empty_accuracy=0.0)},
-     "accuracy is None when nothing is answered"),
-    ("abstention_threshold", {"selective_answer": _selective_with(wrong="all")},
-     "answered and wrong_answered count answered questions only"),
-    ("abstention_threshold", {"selective_answer": _selective_with(coverage="abstained")},
-     "coverage = answered / all questions"),
-    ("task_cost", {"task_cost": _cost_with(per=1e3)}, "prices per million tokens"),
-    ("task_cost", {"task_cost": _cost_with(swapped=True)}, "prompt tokens at the input price"),
-    ("task_cost", {"task_cost": _cost_with(completion=False)}, "completion tokens at the output price"),
-    ("task_cost", {"task_cost": _cost_with(divide_success="requests")}, "cost per success divides everything paid by "
-                                                                        "the successes"),
-    ("task_cost", {"task_cost": _cost_with(zero="zero")}, "no success at all: the cost per success is math.inf"),
-    ("task_cost", {"task_cost": _cost_with(zero="tokens")}, "no success at all: the cost per success is math.inf"),
-    ("task_cost", {"task_cost": _cost_with(failure="requests")}, "failure_cost is added for each failed request"),
-    ("task_cost", {"task_cost": _cost_with(failure="none")}, "failure_cost is added for each failed request"),
-    ("task_cost", {"task_cost": _cost_with(failure_in_request=True)}, "cost per request is the token bill alone"),
-    ("task_cost", {"task_cost": _cost_with(validate=False)}, "invalid input raises ValueError"),
-    ("trace_chain", {"redact_pii": _redact_with(phones=False)}, "redact_pii: an international phone"),
-    ("trace_chain", {"redact_pii": _redact_with(luhn="none")}, "a card-length number that fails Luhn is not a card"),
-    ("trace_chain", {"redact_pii": _redact_with(luhn="wrong_parity")},
-     "the Luhn check doubles every second digit from the right"),
-    ("trace_chain", {"redact_pii": _redact_with(bare_phones=True)}, "a bare run of digits is not a phone"),
-    ("trace_chain", {"redact_pii": _redact_with(emails_first=False)}, "emails are redacted before numbers"),
-    ("trace_chain", {"redact_pii": _redact_with(phone_min=10)}, "a phone of 9 digits"),
-    ("trace_chain", {"redact_pii": _redact_with(card_lengths=(16, 16))}, "a Luhn-valid card of 13 digits"),
-    ("trace_chain", {"redact_pii": _redact_with(plus_cards=True)}, "a run starting with + is never a card"),
-    ("trace_chain", {"chain_records": _chain_with(with_prev=False)}, "hash = sha256 of canonical {prev, redacted record}"),
-    ("trace_chain", {"chain_records": _chain_with(redact_before_hash=False)},
-     "hash = sha256 of canonical {prev, redacted record}"),
-    ("trace_chain", {"chain_records": _chain_with(genesis="")}, "the first line's prev is GENESIS"),
-    ("trace_chain", {"chain_records": _chain_with(deep=False)}, "every string in a record is redacted, at any depth"),
-    ("trace_chain", {"chain_records": _chain_with(line="plain")}, "each line is canonical JSON"),
-    ("trace_chain", {"chain_records": _chain_with(copy_input=False)}, "does not change the caller's records"),
-    ("trace_chain", {"chain_records": _chain_with(prev_from="genesis")}, "each line's prev is the previous line's hash"),
-    ("trace_chain", {"first_bad_line": _first_bad_with(base=0)}, "1-based line numbers"),
-    ("trace_chain", {"first_bad_line": _first_bad_with(check_prev=False)}, "a removed line breaks the next prev"),
-    ("trace_chain", {"first_bad_line": _first_bad_with(check_hash=False)}, "an edited record breaks its own hash"),
-    ("trace_chain", {"first_bad_line": _first_bad_with(catch=False)}, "a truncated line (not JSON) is bad, not a crash"),
-]
+WRONG_ANSWERS = [(exercise, names, fragment) for exercise, entries in (
+    ("fit_context", FIT_CONTEXT), ("bm25_scores", BM25_SCORES), ("abstention_threshold", ABSTENTION_THRESHOLD),
+    ("task_cost", TASK_COST), ("trace_chain", TRACE_CHAIN)) for names, fragment in entries]
