@@ -30,13 +30,17 @@ GUARANTEES = {
     "template_billed": "the token count that is billed includes the chat template's markers",
     "kv_fits": "a request is admitted only when its KV cache can have room in the memory pool",
     "length_capped": "a reply never runs past max_new_tokens",
-    "seed_repeats": "the same prompt, parameters and seed give the same reply",
-    "reply_parses": "the reply matches its grammar (the JSON schema, or the cited-answer format)",
+    "seed_repeats": "the same prompt, parameters and seed give the same reply, on the same hardware and in a batch "
+                    "of the same shape",
+    "reply_parses": "a reply that ends on its own (not cut off at max_new_tokens) matches its grammar (the JSON "
+                    "schema, or the cited-answer format)",
     "arguments_valid": "a tool runs only with arguments that fit the tool's schema",
     "tool_permitted": "a tool runs only when the session holds the tool's permission",
     "claim_supported": "the reply's statement is checked against the text of the passage it cites",
-    "log_untampered": "an edited or deleted line of the trace log is detected",
-    "no_pii_logged": "no email address or card number is written to the trace log",
+    "log_untampered": "an edited, inserted or deleted line of the trace log is detected; lines cut from its end "
+                      "only when verify is given the head kept elsewhere",
+    "no_pii_logged": "an email address or card number in a form the redaction patterns match is never written to "
+                     "the trace log",
     "answer_true": "the answer is true",
 }
 

@@ -15,7 +15,8 @@ import copy
 import hashlib
 import random
 
-from course_lib.capstone import BUDGET_KEYS, COMPONENTS, GUARANTEES, reference_budget, reference_diagnosis
+from course_lib.capstone import (BUDGET_KEYS, COMPONENTS, GUARANTEES, NON_NEGATIVE, POSITIVE, reference_budget,
+                                 reference_diagnosis)
 from course_lib.checks.report import CheckFailed, expect_close, expect_equal, expect_raises
 
 # -- exercise 1: who owns each guarantee ------------------------------------------------------------
@@ -123,6 +124,13 @@ def latency_cost_budget(fn) -> None:
     no_cache = dict(base, cached_tokens=0)
     expect_close("with no cache hit every prompt token is prefilled and billed at the input price",
                  _budget_values(run(no_cache)), _budget_values(reference_budget(no_cache)), rtol=1e-9)
+    full = dict(base, bandwidth_utilization=1.0)
+    expect_close("full bandwidth utilization (1.0) is allowed: the five numbers", _budget_values(run(full)),
+                 _budget_values(reference_budget(full)), rtol=1e-9, hint="bandwidth_utilization may be 1, not above")
+    nearly_all = dict(base, cached_tokens=base["prompt_tokens"] - 1)
+    expect_close("all but the last prompt token cached (cached_tokens = prompt_tokens - 1) is allowed",
+                 _budget_values(run(nearly_all)), _budget_values(reference_budget(nearly_all)), rtol=1e-9,
+                 hint="cached_tokens may be anything from 0 to prompt_tokens - 1, both ends included")
     one = dict(base, output_tokens=1)
     expect_close("a one-token reply: latency equals TTFT", run(one)["latency_s"], reference_budget(one)["ttft_s"],
                  rtol=1e-9)
@@ -148,16 +156,18 @@ def latency_cost_budget(fn) -> None:
            ("prompt_tokens", "prompt_tokens = 0", dict(base, prompt_tokens=0, cached_tokens=0)),
            ("output_tokens", "output_tokens = 0", dict(base, output_tokens=0)),
            ("output_tokens", "a float token count (300.0)", dict(base, output_tokens=300.0)),
+           ("cached_tokens", "a float cached_tokens (2000.0)", dict(base, cached_tokens=2_000.0)),
            ("requests_per_day", "a negative requests_per_day", dict(base, requests_per_day=-5)),
-           ("prefill_tokens_per_s", "a prefill rate of 0", dict(base, prefill_tokens_per_s=0)),
-           ("bandwidth_gb_s", "a bandwidth of 0", dict(base, bandwidth_gb_s=0)),
+           ("requests_per_day", "a float requests_per_day (200000.0)", dict(base, requests_per_day=200_000.0)),
+           ("prefill_tokens_per_s", "a NaN prefill rate", dict(base, prefill_tokens_per_s=float("nan"))),
            ("bandwidth_utilization", "a utilization above 1", dict(base, bandwidth_utilization=1.5)),
-           ("bandwidth_utilization", "a utilization of 0", dict(base, bandwidth_utilization=0)),
-           ("output_usd_per_mtok", "a negative price", dict(base, output_usd_per_mtok=-1.0)),
-           ("queue_ms", "a negative queue time", dict(base, queue_ms=-10))]
+           ("bandwidth_utilization", "a utilization of 0", dict(base, bandwidth_utilization=0))]
+    bad += [(key, f"{key} = 0 (it must be above 0)", dict(base, **{key: 0})) for key in POSITIVE]
+    bad += [(key, f"a negative {key}", dict(base, **{key: -1.0})) for key in NON_NEGATIVE]
     missing = dict(base)
     del missing["bandwidth_gb_s"]
     bad.append(("bandwidth_gb_s", "a missing key", missing))
+    expect_raises("an empty scenario (every key missing) raises ValueError", lambda: run({}), ValueError)
     for key, label, scenario in bad:
         message = _message(lambda: run(scenario))
         if key not in message:
@@ -260,6 +270,14 @@ def diagnose_trace(fn) -> None:
          _with(make_trace("permission", rng), dropped=["2", "5"])),
         ("cited passage not shown and claim unsupported: the citation rule comes first",
          _with(make_trace("not_shown", rng), claim_supported=False)),
+        ("an unknown tool is a rejected call too -> tool, constrain_tool_call",
+         _with(make_trace("bad_call", rng), tool_error="unknown_tool")),
+        ("passages dropped and a broken reply (state error, not only an abstention) -> packing, shrink_context",
+         _with(make_trace("hot", rng), dropped=["3"], finish_reason="stop")),
+        ("passages dropped and a reply cut at the cap: the packing rule comes before the length rule",
+         _with(make_trace("cut", rng), dropped=["1", "6"])),
+        ("a cool reply cut at the cap whose format failed: the length rule comes before the format rule",
+         _with(make_trace("unguided", rng), finish_reason="length", decoding_temperature=0.5)),
     ]
     for label, record in specials:
         expect_equal(label, run(record), reference_diagnosis(record))
@@ -269,10 +287,18 @@ def diagnose_trace(fn) -> None:
                      reference_diagnosis(record))
     expect_raises("a final_state outside answered/abstained/refused/error raises ValueError",
                   lambda: run(dict(make_trace("answered", rng), final_state="done")), ValueError)
+    for kind, what in (("permission", "a permission refusal"), ("overflow", "dropped passages"),
+                       ("unsupported", "an unsupported claim")):
+        broken = dict(make_trace(kind, rng), final_state="done")
+        expect_raises(f"the final_state is checked before any rule: {what} with final_state 'done' raises ValueError",
+                      lambda b=broken: run(b), ValueError)
 
 
-def _with(record: dict, *, decoding_temperature=None, finish_reason=None, dropped=None, claim_supported=None) -> dict:
+def _with(record: dict, *, decoding_temperature=None, finish_reason=None, dropped=None, claim_supported=None,
+          tool_error=None) -> dict:
     record = copy.deepcopy(record)
+    if tool_error is not None:
+        record["metadata"]["tool_error"] = tool_error
     if decoding_temperature is not None:
         record["decoding"]["temperature"] = decoding_temperature
     if finish_reason is not None:

@@ -47,7 +47,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from course_lib.capstone import COMPONENTS, FIXES, GUARANTEES, STAGES
-from course_lib.context import BM25Index, ContextOverflow, Passage, TraceLog, TraceRecord, pack_context, verify
+from course_lib.context import (BM25Index, ContextOverflow, Passage, TraceLog, TraceRecord, pack_context, redact,
+                                verify)
 from course_lib.data.grounded import GROUNDED_ABSTAIN
 from course_lib.drills.problem_formulas import request_cost_usd
 from course_lib.drills.problems import make_problem
@@ -70,9 +71,10 @@ hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that 
 # %% [markdown]
 # ## The request and the pipeline
 #
-# The assistant answers questions from a small store of facts and cites the fact it used. A
-# user asks: *"How many legs does a kimbrel have?"* The application, not the model, runs
-# these stages, in this order:
+# The assistant answers questions from a small store of facts and cites the fact it used. Most
+# of the facts are about made-up things (tinychat's weights cannot know them, so the answer
+# must come from the store). A user asks: *"What is the chemical symbol for katorwenium?"*
+# The application, not the model, runs these stages, in this order:
 #
 # 1. **retrieve** the passages that match the question (BM25, notebook 07);
 # 2. **pack** them with the system prompt into the window, keeping room for the reply;
@@ -90,7 +92,7 @@ hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that 
 model = load_model("tinychat", device="cpu")
 tokenizer = load_tokenizer("tinychat")
 facts = {"1": "A kimbrel has 6 legs.", "2": "The capital of Veltoria is Marn.", "3": "Every dorvex walks on 4 legs.",
-         "4": "The chemical symbol for lurium is Lu.", "5": "A spider has 8 legs.", "6": "The capital of Peru is Lima.",
+         "4": "The chemical symbol for katorwenium is Gs.", "5": "A spider has 8 legs.", "6": "The capital of Peru is Lima.",
          "7": "A kimbrel sleeps in trees."}
 store = BM25Index()
 for pid, text in facts.items():
@@ -99,7 +101,7 @@ SYSTEM = "You are TinyChat. Answer from the passages and cite the passage id."
 WINDOW, RESERVE, MARGIN = model.config.max_seq_len, 48, 8  # tokens: the window, the reply's room, slack
 PRICES = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}  # representative hosted prices
 PARAMS = SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=RESERVE)
-question = "How many legs does a kimbrel have?"
+question = "What is the chemical symbol for katorwenium?"
 print(f"window {WINDOW} tokens, {RESERVE} kept for the reply, margin {MARGIN}; {len(store)} passages in the store")
 
 # %% [markdown]
@@ -235,9 +237,12 @@ print(f"max_new_tokens=3: {capped['completion_tokens']} tokens, finish_reason {c
 #
 # The request samples at temperature 0.7 with top-p 0.9 (notebook 04), so its reply is a draw.
 # The sampler draws every token from a random generator of the request's own, seeded from
-# `params.seed` (the engine only keeps one per request): the same prompt, parameters and seed
-# draw the same tokens, whatever else shares the batch. Run the request twice more with the
-# seed and once with another:
+# `params.seed`, so the other requests in the batch never consume its random numbers. That
+# makes the draws repeat, not the logits they are drawn from: notebook 04 showed that a batch
+# of another shape, or other hardware, can change the logits in their last bits, and a draw
+# near a boundary then flips. So the promise is: the same prompt, parameters and seed give the
+# same reply *on the same hardware, in a batch of the same shape*. Here every run is alone in
+# its batch on this machine. Run the request twice more with the seed and once with another:
 
 # %%
 again = run_engine(packed.messages, PARAMS, reply_guide(list(packed.kept_passages)))
@@ -277,11 +282,10 @@ shown = [p for p in found if p.id in packed.kept_passages]
 print(ground(run["text"], shown))
 
 # %% [markdown]
-# tinychat has never seen the word "kimbrel": the made-up names it learned to copy in
-# training were built from other syllables, and it tends to write a name of its own instead
-# (sometimes with a fact that no passage states). Such a reply is not the passage's sentence,
-# so `claim_supported` comes out False. The sentence is compared whole, not only the number in
-# it, so a reply with the right leg count and the wrong animal fails too.
+# The printed validation is the whole request's verdict: the reply has the cited form, the id
+# it cites was shown, and its statement is that passage's sentence word for word. The sentence
+# is compared whole, not only the symbol in it, so a reply with the right value and a
+# misspelt name fails `claim_supported`; one of the failing requests below does just that.
 #
 # Notice what the check can and cannot say. It proves that the reply's sentence is in the
 # passage the reply cites. It cannot prove that the passage is right, or that the sentence
@@ -293,8 +297,10 @@ print(ground(run["text"], shown))
 #
 # Finally the record. Everything above goes into one `TraceRecord` (notebook 07): versions,
 # parameters, the passages shown, the checks, tokens, stage times and cost. `TraceLog`
-# redacts personal data before it writes, and chains each line to the one before with a
-# hash, so that an edit anywhere breaks the chain.
+# redacts the personal data its patterns recognise (email addresses, card numbers, phone
+# numbers) before it writes, and chains each line to the one before with a hash: an edited
+# line no longer matches its own hash, and a line inserted or removed breaks the link of the
+# line after it.
 #
 # Here the stages become functions, so that `serve` can run the whole request in one call and
 # time each stage. The trace's `metadata` carries what a diagnosis needs: the passages the
@@ -360,12 +366,15 @@ written = (folder / "trace.jsonl").read_text()
 print(written[:600], "...")
 print(f"the address is in the file: {'ann@example.com' in written}; the placeholder is: {'[EMAIL]' in written}")
 print(verify(folder / "trace.jsonl"))
+print(f"spelt out, an address passes the patterns: {redact('write to ann at example dot com')!r}")
 
 # %% [markdown]
 # The log replaced the address with `[EMAIL]` before hashing the line, so the address was
-# never stored. Here is where the request spent its time (this `serve` call
-# ran after several earlier requests, so one-time start-up costs are not in it), with the
-# trace write added:
+# never stored. The last line is the limit of that promise: redaction matches patterns, so an
+# address written in words, or a name, goes into the log as typed.
+#
+# Here is where the request spent its time (this `serve` call ran after several earlier
+# requests, so one-time start-up costs are not in it), with the trace write added:
 
 # %%
 stages = {**record.latency_ms, "write trace": write_ms}
@@ -417,6 +426,23 @@ print("it validates against the schema (jsonschema raised nothing)")
 # Even at a high temperature the reply validates: the mask never let a token through that
 # would break the schema. Whether the *values* are the ones in the user's sentence is another
 # matter, and the mask cannot know it.
+#
+# The mask promises that every token keeps the reply a *prefix* of a valid one. Only a reply
+# that ends on its own is a whole one: the engine's length cap stops the same request
+# wherever it has got to. The same booking, capped at 8 tokens:
+
+# %%
+cut_booking = run_engine(booking, SamplingParams(temperature=1.2, seed=5, max_new_tokens=8),
+                         JSONGuide(BOOKING_SCHEMA, tokenizer))
+try:
+    json.loads(cut_booking["text"])
+    print(f"{cut_booking['text']!r} parses")
+except json.JSONDecodeError as error:
+    print(f"finish_reason {cut_booking['finish_reason']!r}: {cut_booking['text']!r} does not parse ({error.msg})")
+
+# %% [markdown]
+# So the grammar guide's promise is about a reply that stopped by itself; a reply cut at
+# `max_new_tokens` has to be caught by its finish reason, as `serve` does below.
 #
 # Second, a tool call. The model only *proposes* it, as text. The dispatcher checks it before
 # anything runs: the tool must exist, the arguments must fit its schema, the session must
@@ -481,6 +507,10 @@ print(verify(folder / "trace.jsonl"))
 #   "... is detected"), its owner is the component that does the checking;
 # - the model owns no guarantee: it is the one component that is allowed to be wrong;
 # - a property that no component enforces belongs to `"nobody"`;
+# - read each statement whole: several say under which conditions the promise holds (a reply
+#   that ends on its own, the same hardware and batch shape, a head kept elsewhere, the forms
+#   the patterns match). A promise kept within its stated conditions has an owner; outside them
+#   it was never made;
 # - every key of `GUARANTEES` appears exactly once, and every value is spelt exactly as in
 #   `COMPONENTS` (`"engine"` covers its scheduler and block manager; `"sampler"` the sampling
 #   rule and its seeded generator; `"tokenizer"` the chat template it encodes through, which
@@ -576,8 +606,9 @@ print(drill.solution)
 # `requests_per_day` is not an `int` of at least 0; when `cached_tokens` is not an `int` from 0
 # to `prompt_tokens - 1` (the last prompt token is always computed: it produces the first
 # output token); when `prefill_tokens_per_s`, `n_params`, `bytes_per_param` or
-# `bandwidth_gb_s` is not above 0; when `bandwidth_utilization` is not in (0, 1]; or when
-# `queue_ms`, `kv_bytes_per_token`, a price or an SLO is negative.
+# `bandwidth_gb_s` is not above 0; when `bandwidth_utilization` is not in (0, 1]; when
+# `queue_ms`, `kv_bytes_per_token`, a price or an SLO is negative; or when any of these
+# numbers is not a finite `int` or `float` (a string, NaN or infinity).
 #
 # The drills' formulas (`course_lib.drills.problem_formulas`) are switched off while grading:
 # write the arithmetic yourself. Stuck? `hint("latency_cost_budget")`.
@@ -667,14 +698,19 @@ print(f"decode is {budget['decode_s_per_token'] * 1e3:.2f} ms per token, so the 
 #
 # ## When a request goes wrong: reading the trace
 #
-# Here are three requests that fail, each produced by running the real pipeline with one
-# setting changed. Look at the trace fields, not at the reply text.
+# The first request went through every stage and was answered. Here are four that fail, on
+# purpose, each produced by running the real pipeline with one thing changed. Look at the
+# trace fields, not at the reply text.
 #
 # 1. **A window too small for the evidence.** The budget is cut until the system prompt and
 #    the question fit but no passage does. With no passage shown, the grammar allows only the
 #    abstention.
 # 2. **A cap too low.** `max_new_tokens=2`: two tokens, far fewer than a cited sentence needs.
 # 3. **A hot, unguided sampler.** Temperature 3.0, top-p off, no grammar.
+# 4. **A name the model cannot copy.** *"How many legs does a kimbrel have?"* The store
+#    answers it, but the made-up names tinychat learned to copy in training were built from
+#    other syllables than "kimbrel", and it tends to write a name of its own. The grammar
+#    still gives the reply the cited form; grounding compares its sentence with the passage.
 
 # %%
 empty = pack(question, [])
@@ -685,6 +721,7 @@ failing = {
                      request_id="req-5"),
     "hot sampler": serve(question, params=SamplingParams(temperature=3.0, seed=3, max_new_tokens=RESERVE),
                          guided=False, request_id="req-6"),
+    "unseen name": serve("How many legs does a kimbrel have?", request_id="req-7"),
 }
 for label, rec in failing.items():
     log.append(rec)
@@ -708,7 +745,8 @@ for label, rec in failing.items():
 # - `record["validation"]`: may hold `"format"`, `"cited_shown"` and `"claim_supported"`.
 #   A check that did not apply is **absent**; only the value `False` is a failure;
 # - `record["final_state"]`: one of `"answered"`, `"abstained"`, `"refused"`, `"error"`;
-#   anything else raises `ValueError`.
+#   anything else raises `ValueError`, whatever the other fields hold (check it before any of
+#   the rules below: a tool trace with a broken final state is a broken record, not a refusal).
 #
 # Apply these rules **in this order** and return at the first that matches:
 #
@@ -729,7 +767,7 @@ for label, rec in failing.items():
 #    `None`). An abstention with nothing dropped is healthy: declining is a designed path.
 #
 # The checks run your function on many generated traces of every kind, healthy ones included,
-# so it must follow the rules, not recognise the three above. Stuck? `hint("diagnose_trace")`.
+# so it must follow the rules, not recognise the four above. Stuck? `hint("diagnose_trace")`.
 
 # %%
 print("STAGES:", ", ".join(STAGES))
@@ -784,6 +822,19 @@ lines[1] = lines[1].replace('"final_state":"error"', '"final_state":"answered"',
 print(verify(folder / "edited.jsonl"))
 
 # %% [markdown]
+# Its limit: cut the last lines off, and what is left is a shorter chain that is intact, so
+# the lines alone cannot show it. The log's *head* (its record count and last hash, taken with
+# `log.head()`) kept somewhere else can: `verify` given the head checks that the chain still
+# reaches it.
+
+# %%
+head = log.head()  # in a product, stored away from the log (a second store, a signed digest)
+kept = (folder / "trace.jsonl").read_text().splitlines()[:2]  # the first two lines, unedited
+(folder / "cut.jsonl").write_text("\n".join(kept) + "\n")
+print(f"without the head: {verify(folder / 'cut.jsonl')}")
+print(f"with the head:    {verify(folder / 'cut.jsonl', head)}")
+
+# %% [markdown]
 # ## Written answers
 #
 # This notebook's interview questions, answered in writing: type each answer in the cell under
@@ -828,8 +879,10 @@ drill_panel()
 # - One request crosses seven stages around the model: retrieve, pack, tokenize and bill,
 #   build the grammar, prefill and decode, ground, trace. Each is timed and recorded in the
 #   request's trace.
-# - Every guarantee a product gives is kept by ordinary code placed around the model, and can
-#   be tested without the model. The model keeps none; and no component can promise that an
+# - Every guarantee a product gives is kept by ordinary code placed around the model, within
+#   the conditions the guarantee states (a reply not cut at the cap, the same hardware and
+#   batch shape, a head kept elsewhere, the forms the redaction patterns match), and can be
+#   tested without the model. The model keeps none; and no component can promise that an
 #   answer is true, only that each claim is tied to a source someone can audit.
 # - A budget is arithmetic on tokens: TTFT = queue + uncached prompt / prefill rate; a decode
 #   step is bounded by bytes read / bandwidth; cost is tokens at their prices. A prefix cache

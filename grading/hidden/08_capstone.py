@@ -39,13 +39,13 @@ OWNERS = {
     "template_billed": ("tokenizer", "the billed count includes the template's markers"),
     "kv_fits": ("engine", "a request is admitted only if its KV cache can fit the pool"),
     "length_capped": ("engine", "a reply never runs past max_new_tokens"),
-    "seed_repeats": ("sampler", "the same seed repeats the same reply"),
-    "reply_parses": ("grammar guide", "the reply matches its grammar"),
+    "seed_repeats": ("sampler", "the same seed repeats the same reply on the same hardware and batch shape"),
+    "reply_parses": ("grammar guide", "a reply not cut at the cap matches its grammar"),
     "arguments_valid": ("dispatcher", "a tool runs only with arguments that fit its schema"),
     "tool_permitted": ("dispatcher", "a tool runs only with the session's permission"),
     "claim_supported": ("grounding check", "the reply's statement is checked against its cited passage"),
-    "log_untampered": ("trace log", "an edited or deleted log line is detected"),
-    "no_pii_logged": ("trace log", "no personal data is written to the log"),
+    "log_untampered": ("trace log", "an edited or deleted log line is detected, a cut tail given the head"),
+    "no_pii_logged": ("trace log", "personal data its patterns match is not written to the log"),
     "answer_true": ("nobody", "the answer is true"),
 }
 OWNERS_SCRIPT = "def _capstone_owners():\n    return dict(guarantee_owners)\n"
@@ -168,15 +168,24 @@ def latency_cost_budget(learner, check):
            ("output_tokens", "no output token", dict(BASE, output_tokens=0)),
            ("output_tokens", "a float output token count", dict(BASE, output_tokens=500.0)),
            ("prompt_tokens", "a float prompt token count", dict(BASE, prompt_tokens=6000.5)),
+           ("cached_tokens", "a float cached_tokens", dict(BASE, cached_tokens=4_500.0)),
            ("requests_per_day", "a negative requests_per_day", dict(BASE, requests_per_day=-1)),
+           ("requests_per_day", "a float requests_per_day", dict(BASE, requests_per_day=50_000.0)),
            ("prefill_tokens_per_s", "a prefill rate of 0", dict(BASE, prefill_tokens_per_s=0)),
            ("n_params", "no parameters", dict(BASE, n_params=0)),
+           ("bytes_per_param", "no bytes per parameter", dict(BASE, bytes_per_param=0)),
            ("bandwidth_gb_s", "a negative bandwidth", dict(BASE, bandwidth_gb_s=-100)),
+           ("prefill_tokens_per_s", "a NaN prefill rate", dict(BASE, prefill_tokens_per_s=float("nan"))),
+           ("bandwidth_gb_s", "an infinite bandwidth", dict(BASE, bandwidth_gb_s=float("inf"))),
+           ("n_params", "a parameter count given as a string", dict(BASE, n_params="70e9")),
+           ("queue_ms", "a NaN queue time", dict(BASE, queue_ms=float("nan"))),
            ("bandwidth_utilization", "a utilization above 1", dict(BASE, bandwidth_utilization=1.01)),
-           ("bandwidth_utilization", "a utilization of 0", dict(BASE, bandwidth_utilization=0)),
-           ("queue_ms", "a negative queue time", dict(BASE, queue_ms=-1)),
-           ("input_usd_per_mtok", "a negative input price", dict(BASE, input_usd_per_mtok=-0.5)),
-           ("latency_slo_s", "a negative latency limit", dict(BASE, latency_slo_s=-2))]
+           ("bandwidth_utilization", "a utilization of 0", dict(BASE, bandwidth_utilization=0))]
+    # every key that may be 0 but not below: one negative case each (0 itself is in the named cases)
+    bad += [(key, f"a negative {key}", dict(BASE, **{key: -0.5})) for key in
+            ("queue_ms", "kv_bytes_per_token", "input_usd_per_mtok", "cached_usd_per_mtok", "output_usd_per_mtok",
+             "ttft_slo_ms", "latency_slo_s")]
+    check.raises("invalid input raises ValueError: an empty scenario (every key missing)", lambda: f({}), "ValueError")
     for key, label, scenario in bad:
         call = (lambda s: lambda: f(dict(s)))(scenario)
         check.raises(f"invalid input raises ValueError: {label}", call, "ValueError")
@@ -286,6 +295,9 @@ def diagnose_trace(learner, check):
         ("dropped passages and a broken hot reply: the packing rule comes before the sampling rule",
          _trace(rng, state="error", temperature=3.0, dropped=["2"], validation={"format": False}),
          ["packing", "shrink_context"]),
+        ("dropped passages and a reply cut at the cap: the packing rule comes before the length rule",
+         _trace(rng, state="error", temperature=0.7, dropped=["6"], finish="length", validation={"format": False}),
+         ["packing", "shrink_context"]),
         ("a broken reply at temperature above 1.0 -> sampling/lower_temperature",
          _trace(rng, state="error", temperature=1.5, validation={"format": False}), ["sampling", "lower_temperature"]),
         ("a broken hot reply cut at the cap: the sampling rule comes before the length rule",
@@ -323,8 +335,14 @@ def diagnose_trace(learner, check):
         replay = Once(lambda r=record: f(copy.deepcopy(r)))
         check.equal(f"random trace {case} ({kind.replace('_', ' ')})",
                     lambda r=replay: [_item("stage", r)(), _item("fix", r)()], PLANTED[kind])
-    for state in ("done", "", None):
-        bad = _trace(rng, validation=_grounded(rng))
-        bad["final_state"] = state
-        check.raises(f"a final_state that is not one of the four raises ValueError ({state!r})",
-                     lambda b=bad: f(copy.deepcopy(b)), "ValueError")
+    # The state is checked before any rule: a record that would match one is still broken.
+    bases = [("a healthy answer", _trace(rng, validation=_grounded(rng))),
+             ("a permission refusal", _trace(rng, tool_error="permission_denied")),
+             ("a rejected tool call", _trace(rng, tool_error="invalid_arguments")),
+             ("dropped passages", _trace(rng, dropped=["2"], validation={"format": True})),
+             ("an unsupported claim", _trace(rng, temperature=0.5, validation=_grounded(rng, claim_supported=False)))]
+    for what, base in bases:
+        for state in ("done", "", None):
+            bad = dict(copy.deepcopy(base), final_state=state)
+            check.raises(f"a final_state that is not one of the four raises ValueError, whatever the other fields "
+                         f"hold ({what}, {state!r})", lambda b=bad: f(copy.deepcopy(b)), "ValueError")

@@ -1,6 +1,10 @@
 """Known-wrong answers to notebook 08, each with the rule it breaks (run by test_wrong_answers.py)."""
 from __future__ import annotations
 
+from tests.hidden.mutants import moved, mutant
+
+A = "08_capstone"
+
 RIGHT_OWNERS = {
     "prompt_fits": "context packer", "template_billed": "tokenizer", "kv_fits": "engine", "length_capped": "engine",
     "seed_repeats": "sampler", "reply_parses": "grammar guide", "arguments_valid": "dispatcher",
@@ -12,6 +16,46 @@ RIGHT_OWNERS = {
 def _owners(**changes):
     owners = {**RIGHT_OWNERS, **changes}
     return {key: owner for key, owner in owners.items() if owner is not None}
+
+
+def _budget_mutant(label, *edits):
+    return mutant(A, "latency_cost_budget", *edits, label=label)
+
+
+def _diagnose_mutant(label, *edits):
+    return mutant(A, "diagnose_trace", *edits, label=label)
+
+
+def _budget_entry(fragment, label, *edits):
+    """A WRONG_ANSWERS entry: the budget solution with ``edits``, failing the check named by ``fragment``."""
+    return "latency_cost_budget", {"latency_cost_budget": _budget_mutant(label, *edits)}, fragment
+
+
+def _diagnose_entry(fragment, label, *edits):
+    return "diagnose_trace", {"diagnose_trace": _diagnose_mutant(label, *edits)}, fragment
+
+
+# Lines of the solutions that the edits below move (each starts exactly one line).
+_STATE_CHECK, _UNPACK = '    if record.get("final_state") not in', "    meta, checks = "
+_TOOL, _PACKING = '    if meta["tool_error"] is not None', '    if meta["dropped"] and'
+_SAMPLING, _LENGTH = '    if checks.get("format") is False and', '    if meta["finish_reason"] == "length"'
+_FORMAT, _SHOWN = '    if checks.get("format") is False:', '    if checks.get("cited_shown")'
+_HEALTHY = '    return {"stage": "none", "fix": "none"}'
+_NON_NEGATIVE = ('("queue_ms", "kv_bytes_per_token", "input_usd_per_mtok", "cached_usd_per_mtok", "output_usd_per_mtok",\n'
+                 '                "ttft_slo_ms", "latency_slo_s")')
+_POSITIVE = '("prefill_tokens_per_s", "n_params", "bytes_per_param", "bandwidth_gb_s")'
+
+
+def _non_negative_without(key):
+    return _NON_NEGATIVE, _NON_NEGATIVE.replace(f'"{key}", ', "").replace(f', "{key}"', "")
+
+
+def _positive_to_non_negative(key):
+    """A learner who files a key that must be above 0 under "0 or more" (both tuples edited at once)."""
+    def edit(source):
+        source = source.replace(_POSITIVE, _POSITIVE.replace(f'"{key}", ', "").replace(f', "{key}"', ""), 1)
+        return source.replace('("queue_ms", ', f'("queue_ms", "{key}", ', 1)
+    return edit
 
 
 # -- latency_cost_budget -------------------------------------------------------------------------
@@ -87,7 +131,7 @@ def _diagnose_with(*, healthy="none", absent_fails=False, hot_alone=False, dropp
         if validate and record.get("final_state") not in ("answered", "abstained", "refused", "error"):
             raise ValueError("bad final_state")
         meta, checks, t = record["metadata"], record["validation"], record["decoding"]["temperature"]
-        if hard_coded:  # fitted to the notebook's three failing traces
+        if hard_coded:  # fitted to the first three of the notebook's failing traces
             if meta["dropped"]:
                 return {"stage": "packing", "fix": "shrink_context"}
             if meta["finish_reason"] == "length" and t <= 1.0:
@@ -180,4 +224,65 @@ WRONG_ANSWERS = [
     ("diagnose_trace", {"diagnose_trace": _diagnose_with(citation_first=False)}, "the citation rule comes first"),
     ("diagnose_trace", {"diagnose_trace": _diagnose_with(validate=False)}, "a final_state that is not one of the four"),
     ("diagnose_trace", {"diagnose_trace": _diagnose_with(hard_coded=True)}, "a healthy grounded answer"),
+    # Added for the rule sentences the entries above left without a wrong answer of their own.
+    ("guarantee_owners", {"guarantee_owners": _owners(kv_fits="context packer")}, "the owner of kv_fits"),
+    ("guarantee_owners", {"guarantee_owners": _owners(arguments_valid="grammar guide")},
+     "the owner of arguments_valid"),
+    ("guarantee_owners", {"guarantee_owners": _owners(reply_parses="engine")}, "the owner of reply_parses"),
+    ("guarantee_owners", {"guarantee_owners": _owners(seed_repeats="nobody")}, "the owner of seed_repeats"),
+    ("guarantee_owners", {"guarantee_owners": _owners(no_pii_logged="nobody")}, "the owner of no_pii_logged"),
+    ("guarantee_owners", {"guarantee_owners": {**RIGHT_OWNERS, "json_valid": "grammar guide"}},
+     "exactly one entry per key"),
+    _budget_entry("returns a dict with exactly the six keys", "_budget_extra_key",
+                  ('return {"ttft_s": ttft,', 'return {"prefill_s": ttft - s["queue_ms"] / 1000, "ttft_s": ttft,')),
+    _budget_entry("invalid input raises ValueError: a missing key", "_budget_key_error_when_missing",
+                  ('            raise ValueError(f"the scenario has no {key}")', "            pass")),
+    _budget_entry("a negative cached_tokens", "_budget_cached_no_lower_bound",
+                  ('not 0 <= s["cached_tokens"] < s["prompt_tokens"]', 'not s["cached_tokens"] < s["prompt_tokens"]')),
+    _budget_entry("all but the last prompt token cached", "_budget_cached_one_short",
+                  ('0 <= s["cached_tokens"] < s["prompt_tokens"]', '0 <= s["cached_tokens"] < s["prompt_tokens"] - 1')),
+    _budget_entry("a float cached_tokens", "_budget_float_cached",
+                  ('if not is_int(s["cached_tokens"]) or not', "if not")),
+    _budget_entry("a float requests_per_day", "_budget_float_requests",
+                  ('if not is_int(s["requests_per_day"]) or s["requests_per_day"] < 0:',
+                   'if s["requests_per_day"] < 0:')),
+    _budget_entry("a prefill rate of 0", "_budget_zero_allowed_above_0",
+                  ("if not is_number(s[key]) or s[key] <= 0:", "if not is_number(s[key]) or s[key] < 0:")),
+    _budget_entry("no bytes per parameter", "_budget_bytes_per_param_may_be_0",
+                  _positive_to_non_negative("bytes_per_param")),
+    _budget_entry("no parameters", "_budget_n_params_may_be_0", _positive_to_non_negative("n_params")),
+    _budget_entry("a NaN prefill rate", "_budget_nan_passes",
+                  ("if not is_number(s[key]) or s[key] <= 0:", "if s[key] <= 0:")),
+    _budget_entry("a utilization of 0", "_budget_utilization_0",
+                  ('not 0 < s["bandwidth_utilization"] <= 1', 'not 0 <= s["bandwidth_utilization"] <= 1')),
+    _budget_entry("full bandwidth utilization", "_budget_utilization_1_refused",
+                  ('not 0 < s["bandwidth_utilization"] <= 1', 'not 0 < s["bandwidth_utilization"] < 1')),
+    _budget_entry("no queue", "_budget_zero_refused_for_0_or_more",
+                  ("if not is_number(s[key]) or s[key] < 0:", "if not is_number(s[key]) or s[key] <= 0:")),
+    _budget_entry("a negative kv_bytes_per_token", "_budget_negative_kv_passes",
+                  _non_negative_without("kv_bytes_per_token")),
+    _budget_entry("a negative ttft_slo_ms", "_budget_negative_ttft_limit_passes", _non_negative_without("ttft_slo_ms")),
+    _budget_entry("a negative cached_usd_per_mtok", "_budget_negative_cached_price_passes",
+                  _non_negative_without("cached_usd_per_mtok")),
+    _budget_entry("cost per request", "_budget_whole_prompt_at_input_price",
+                  ('((prompt - cached) * s["input_usd_per_mtok"]', '(prompt * s["input_usd_per_mtok"]')),
+    _budget_entry("cost per request", "_budget_output_at_input_price",
+                  ('output * s["output_usd_per_mtok"]', 'output * s["input_usd_per_mtok"]')),
+    _diagnose_entry("whatever the other fields hold (a permission refusal", "_diagnose_state_checked_after_tool_rule",
+                    moved(_STATE_CHECK, _UNPACK, _PACKING)),
+    _diagnose_entry("whatever the other fields hold (an unsupported claim", "_diagnose_state_checked_when_healthy",
+                    moved(_STATE_CHECK, _UNPACK, _HEALTHY)),
+    _diagnose_entry("an unknown tool -> tool/constrain_tool_call", "_diagnose_unknown_tool_missed",
+                    ('if meta["tool_error"] is not None:',
+                     'if meta["tool_error"] in ("permission_denied", "invalid_arguments"):')),
+    _diagnose_entry("the packing rule comes before the sampling rule", "_diagnose_packing_only_for_abstentions",
+                    ('record["final_state"] != "answered"', 'record["final_state"] == "abstained"')),
+    _diagnose_entry("a healthy abstention whose grounding checks are absent", "_diagnose_empty_dropped_counts",
+                    ('if meta["dropped"] and', 'if meta["dropped"] is not None and')),
+    _diagnose_entry("the packing rule comes before the sampling rule", "_diagnose_sampling_before_packing",
+                    moved(_SAMPLING, _LENGTH, _PACKING)),
+    _diagnose_entry("the packing rule comes before the length rule", "_diagnose_length_before_packing",
+                    moved(_LENGTH, _FORMAT, _PACKING)),
+    _diagnose_entry("a reply cut at the cap -> decoding/raise_max_tokens", "_diagnose_format_before_length",
+                    moved(_FORMAT, _SHOWN, _LENGTH)),
 ]
