@@ -261,7 +261,7 @@ def schedule_step(fn) -> None:
                  plan["waiting"], [_seq("C", 7, 0, 1, 0), _seq("D", 3)],
                  hint="waiting.insert(0, victim): it is older than anyone still waiting")
     expect_equal("... and nobody is admitted in a step that preempted",
-                 [s["id"] for s in plan["running"]], ["A", "B"], hint="skip admission when preempted is not empty")
+                 [s["id"] for s in plan["running"]], ["A", "B"], hint="the victim heads the queue and cannot fit: head-of-line admission stops at once")
     expect("the decode that needs a block is itself the newest: it preempts itself and the decodes stop",
            ([_seq("A", 6, 5, 1, 2), _seq("B", 9, 8, 2, 2)], [_seq("W", 4)], 0, 4, 3, 8),
            hint="if the victim is the sequence that needed the block, stop the decode pass")
@@ -445,6 +445,11 @@ def block_pool(cls) -> None:
     expect_equal("a hash that ignores the parent: block (5, 6) after (1, 2) is not the block (5, 6) after (1, 2, 3, 4)",
                  got, [[[0, 1, 2, 3], 0], [[0, 4, 5], 2]],
                  hint="compare the whole prefix, not just the block's own tokens: the KV depends on everything before")
+    got = session([("allocate", "q", [1, 2, 9]), ("allocate", "p", [5, 0, 5, 6, 7]), ("allocate", "r", [5, 0, 5, 6, 1])],
+                  num_blocks=9, block_size=2, hash_fn=_tokens_only)
+    expect_equal("the lookup stops at the first miss: (5, 0) collides with (1, 2) and misses, so the (5, 6) after it "
+                 "is not looked up", got, [[[0, 1], 0], [[2, 3, 4], 0], [[5, 6, 7], 0]],
+                 hint="break at the first block that is not a verified hit; later blocks depend on it")
     got = session([("allocate", "a", [1, 2, 3, 4, 5, 6, 7, 8, 9]), ("allocate", "b", [1, 1, 1, 1, 1, 1, 1, 1, 1]),
                    ("num_free",), ("allocate", "c", [5, 5]), ("allocate", "d", [1, 2, 3, 4, 8]), ("ref_count", 0),
                    ("num_free",), ("free", "c"), ("allocate", "d", [1, 2, 3, 4, 8])], num_blocks=7)
@@ -497,6 +502,23 @@ def _dist(rng: random.Random, V: int, zeros: int = 0) -> list[float]:
     return [x / total for x in w]
 
 
+def float32_ratio_round(seed: int) -> tuple[list[int], list[list[float]], list[list[float]]]:
+    """One round (k = 1) whose keep-or-reject decision flips if p/q is divided in float32: the
+    generator's first uniform lies between the float32 quotient and the float64 one. The
+    probabilities are float32 values, so the tensors built from them hold them exactly."""
+    import numpy as np
+
+    u = torch.rand(1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).item()
+    for j in range(400):
+        q = np.float32(0.3 + 0.0037 * j)
+        p = np.float32(u * float(q))
+        for _ in range(8):
+            if (u < float(p) / float(q)) != (u < float(p / q)):
+                return [0], [[float(q), float(np.float32(1 - q))]], [[float(p), float(np.float32(1 - p))], [0.5, 0.5]]
+            p = np.nextafter(p, np.float32(1))
+    raise AssertionError(f"no float32-sensitive ratio found for seed {seed}")
+
+
 def accept_or_resample(fn) -> None:
     from course_lib.sampling import chi_square_gof
     from course_lib.serving.speculative import accept_or_resample as reference
@@ -545,10 +567,21 @@ def accept_or_resample(fn) -> None:
     got, _ = run([1], [[0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]], 3)
     expect_equal("returns a list of Python ints", [type(got).__name__] + [type(t).__name__ for t in got],
                  ["list"] + ["int"] * len(got))
-    expect_raises("a drafted token with q(x) = 0 raises ValueError",
+    expect_raises("a drafted token with q(x) = 0 raises ValueError (the first guess)",
                   lambda: fn([1], torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.5], [0.5, 0.5]]),
                              torch.Generator().manual_seed(0)), ValueError,
                   hint="the draft could not have drawn a token it gave probability 0")
+    expect_raises("a drafted token with q(x) = 0 raises ValueError (the second guess, after a first that is fine)",
+                  lambda: fn([0, 2], torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]]),
+                             torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]),
+                             torch.Generator().manual_seed(0)), ValueError,
+                  hint="check q(x_i) for every guess, not only the first")
+    for seed in range(3):
+        tokens, q, p = float32_ratio_round(seed)
+        expected = reference(tokens, torch.tensor(q), torch.tensor(p), torch.Generator().manual_seed(seed)).tokens
+        expect_equal(f"seed {seed}: u[0] lies within float32 rounding of p/q, so p / q must be divided in float64",
+                     run(tokens, q, p, seed)[0], expected,
+                     hint="gather p[i, x_i] and q[i, x_i], convert them with .double(), then divide")
     # The distribution: a poor draft, 3,000 rounds; the first token out must follow p[0].
     p = torch.tensor([[0.05, 0.10, 0.50, 0.25, 0.10], [0.30, 0.30, 0.10, 0.20, 0.10], [0.1, 0.2, 0.3, 0.2, 0.2]])
     q = torch.tensor([[0.40, 0.30, 0.10, 0.10, 0.10], [0.10, 0.10, 0.10, 0.10, 0.60]])
@@ -572,6 +605,18 @@ def accept_or_resample(fn) -> None:
 
 
 # -- exercise 6: int8 ------------------------------------------------------------------------------
+def stored_scale_row() -> torch.Tensor:
+    """A float64 row (1, 2) whose second value rounds one way when divided by the float32 scale
+    that is stored and the other way when divided by the float64 scale before it is stored."""
+    import numpy as np
+
+    exact = 1.0 / 127  # amax 1.0
+    stored = float(np.float32(exact))
+    # A smaller stored scale pushes w / stored above 10.5 (-> 11): nudge w / exact just below (-> 10).
+    nudge = -1 if stored < exact else 1
+    return torch.tensor([[1.0, 10.5 * exact * (1 + nudge * 1e-12)]], dtype=torch.float64)
+
+
 def quantize_per_channel(fn, dequantize_fn) -> None:
     from course_lib.serving.quantize import quantize_per_channel as reference
 
@@ -590,6 +635,10 @@ def quantize_per_channel(fn, dequantize_fn) -> None:
                  hint="torch.round rounds half to even; .to(torch.int8) alone truncates toward zero")
     expect_equal("never truncates: 126.9 -> 127, -3.7 -> -4 (scale exactly 1)",
                  fn(torch.tensor([[127.0, 126.9, -3.7, 0.6]], dtype=torch.float64))[0].tolist(), [[127, 127, -4, 1]])
+    row = stored_scale_row()
+    expect_equal("w is divided by the stored float32 scale: a value at x.5 in float64 lands as the stored scale says",
+                 fn(row.clone())[0].tolist(), reference(row)[0].tolist(),
+                 hint="store scale as float32 first, then divide by scale.double(), not by amax / 127")
     mixed = torch.tensor([[100.0, 1.0, -50.0], [0.012, -0.02, 0.005]])
     q, scale = fn(mixed.clone())
     expect_close("one scale per output row: a large row does not crush a small one", scale.tolist(),
@@ -643,7 +692,7 @@ HINTS = {
         "one `budget` variable shared by all three.",
         "A decode needs a block when seq['blocks'] < ceil(seq['tokens'] / block_size); preempt with "
         "running.pop() and waiting.insert(0, victim) until a block is free, and stop if the victim was seq.",
-        "Admission: `while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:` look at "
+        "Admission: `while waiting and budget > 0 and len(running) < max_num_seqs:` look at "
         "waiting[0]; if ceil(tokens / block_size) > free_blocks, break; else move it and add [id, min(tokens, "
         "budget)].",
     ],

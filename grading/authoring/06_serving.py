@@ -52,7 +52,7 @@ import torch
 from course_lib.api.loadgen import held_out_prompts, run_benchmark, summarize
 from course_lib.data.corpus import heldout_split
 from course_lib.data.scoring import SCORERS
-from course_lib.kv_memory import ACCELERATORS, compare_paging, get_geometry, kv_bytes_per_token
+from course_lib.kv_memory import ACCELERATORS, compare_paging, get_geometry, kv_bytes_per_token, plan_capacity
 from course_lib.model import load_model, load_tokenizer
 from course_lib.sampling import SamplingParams, sample_from_probs
 from course_lib.serving import Engine, expected_tokens_per_round, quantize_int8, weight_bytes
@@ -110,28 +110,34 @@ def system_prompt(n_tokens):
     return {"role": "system", "content": " ".join(rules)}
 
 
-def step_times(messages, new_tokens=8, repeats=2):
-    """Seconds of each engine step for one request alone (best of a few runs, step by step)."""
-    best = None
+def step_times(messages, new_tokens=6):
+    """Seconds of each engine step for one request alone, step by step."""
+    engine = Engine(model, tokenizer)
+    engine.add_request(messages, SamplingParams(temperature=0, max_new_tokens=new_tokens), eos_ids=())
+    seconds = []
+    while engine.has_unfinished():
+        start = time.perf_counter()
+        engine.step()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def best_step_times(prompts, repeats=3):
+    """The fastest of `repeats` runs for each step of each prompt. The runs are interleaved
+    (every prompt once, then again), so a burst of load on this shared machine slows one run
+    of each prompt instead of every run of one prompt."""
+    best = [None] * len(prompts)
     for _ in range(repeats):
-        engine = Engine(model, tokenizer)
-        engine.add_request(messages, SamplingParams(temperature=0, max_new_tokens=new_tokens), eos_ids=())
-        seconds = []
-        while engine.has_unfinished():
-            start = time.perf_counter()
-            engine.step()
-            seconds.append(time.perf_counter() - start)
-        best = seconds if best is None else [min(a, b) for a, b in zip(best, seconds)]
+        for i, messages in enumerate(prompts):
+            seconds = step_times(messages)
+            best[i] = seconds if best[i] is None else [min(a, b) for a, b in zip(best[i], seconds)]
     return best
 
 # %%
 question = {"role": "user", "content": "What is 12 + 30?"}
-rows = []
-for target in (64, 160, 320, 448):
-    messages = [system_prompt(target), question]
-    n_prompt = len(encode_chat(tokenizer, messages))
-    seconds = step_times(messages)
-    rows.append((n_prompt, seconds[0], statistics.median(seconds[1:])))
+prompts = [[system_prompt(target), question] for target in (64, 160, 320, 448)]
+rows = [(len(encode_chat(tokenizer, messages)), seconds[0], statistics.median(seconds[1:]))
+        for messages, seconds in zip(prompts, best_step_times(prompts))]
 print(f"{'prompt tokens':>13} {'prefill ms':>11} {'ms per prompt token':>20} {'decode ms per token':>20} "
       f"{'prefill = decode steps':>23}")
 for n_prompt, prefill_s, decode_s in rows:
@@ -147,7 +153,7 @@ left.set_ylabel("ms")
 left.set_title("one forward pass")
 left.legend()
 n_prompt, prefill_s, decode_s = rows[-1]
-seconds = step_times([system_prompt(448), question], new_tokens=24, repeats=1)
+seconds = step_times([system_prompt(448), question], new_tokens=24)
 right.step([0] + list(1e3 * torch.tensor(seconds).cumsum(0)), range(len(seconds) + 1), where="post")
 right.axvline(seconds[0] * 1e3, ls=":", c="k")
 right.text(seconds[0] * 1e3, 2, " first token (TTFT)", fontsize=9)
@@ -158,14 +164,16 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read the table by columns. Prefill grows with the prompt, but compare the last column
-# with the first: a prefill of hundreds of tokens costs the time of far fewer decode steps
-# than it has tokens. The pass handles all the prompt's tokens side by side, so the fixed
-# costs of a forward pass (and every weight read) are shared by all of them. A decode step
-# pays those costs for a single token, and it changes much less with the prompt length than
-# prefill does (attention reads a longer cache, a small part of the step at this size). On
-# the right, the staircase starts with one long wait (prefill), then climbs a token at a
-# time. (This is a shared 2-core machine: expect some jitter in every timing here.)
+# Read the table by columns. Prefill's work grows with the prompt, but the pass handles all
+# the prompt's tokens side by side, so the fixed costs of a forward pass (and every weight
+# read) are shared by all of them. That is what the last column measures: a prefill's time
+# counted in decode steps, which on an idle machine stays far below the prompt's length in
+# tokens. A decode step pays those fixed costs for a single token, and its work grows only a
+# little with the prompt (attention reads a longer cache, a small part of the step at this
+# size). On the right, the staircase's first step is the prefill (the dotted line marks the
+# first token), then it climbs a token at a time. Every figure in the table is the fastest
+# of three interleaved runs, yet a burst of other work on this shared 2-core machine can
+# still distort a row; if one breaks the pattern, run the cell again.
 #
 # On hosted models the same split shows at a larger scale. Representative figures (they vary
 # by provider, model and load): a TTFT of roughly 200 to 500 ms for a 1,000-token prompt, and
@@ -337,8 +345,10 @@ check.decode_roofline(decode_roofline)
 llama = get_geometry("llama-3-8b")  # Llama 3.1 8B has the same layers and heads
 h100 = ACCELERATORS["H100-80GB"]  # representative (vendor datasheet): 3,350 GB/s
 H100_DENSE_BF16_TFLOPS = 989  # representative (vendor datasheet), dense, no sparsity
-kv_4k = llama.kv_bytes_per_token("bf16") * 4096  # one sequence's cache at 4,096 tokens
+capacity = plan_capacity(llama, 4096, accelerator=h100)  # notebook 03's plan: bf16 weights and cache, 10% reserve
+kv_4k = capacity.kv_bytes_per_sequence  # one sequence's cache at 4,096 tokens
 decode_s = rows[-1][2]  # tinychat's measured decode step at the longest prompt above
+roofline_batches = sorted({1, 8, 64, capacity.max_sequences, 256, 1024})  # the largest batch that fits among them
 
 tiny = decode_roofline(tiny_params, 4, tiny_kv_per_token * rows[-1][0], 1, cpu_bandwidth / 1e9, cpu_flops / 1e12)
 print(f"tinychat, batch 1, this CPU: the bandwidth bound allows {tiny['tokens_per_s']:,.0f} tokens/s "
@@ -346,23 +356,34 @@ print(f"tinychat, batch 1, this CPU: the bandwidth bound allows {tiny['tokens_pe
 print(f"  measured / bound = {tiny['step_s'] / decode_s:.3f}: the bytes explain "
       f"{100 * tiny['step_s'] / decode_s:.0f}% of the measured step")
 print(f"\nLlama 3.1 8B bf16 on {h100.name} (representative), 4,096-token contexts:")
-print(f"{'batch':>6} {'FLOPs/byte':>11} {'ms/step':>8} {'tokens/s':>9} {'per sequence':>13}  bound")
-for batch in (1, 8, 64, 256, 1024):
+print(f"memory: {capacity.memory_bytes / 1e9:.0f} GB = {capacity.weight_bytes / 1e9:.2f} GB of weights + "
+      f"{capacity.reserve_bytes / 1e9:.0f} GB reserve + {kv_4k / 1e9:.3f} GB of KV per sequence "
+      f"-> at most {capacity.max_sequences} sequences fit")
+print(f"{'batch':>6} {'weights + KV GB':>16} {'FLOPs/byte':>11} {'ms/step':>8} {'tokens/s':>9} {'per sequence':>13}  bound")
+for batch in roofline_batches:
     r = decode_roofline(llama.n_params, 2, kv_4k, batch, h100.bandwidth_gb_s, H100_DENSE_BF16_TFLOPS)
-    print(f"{batch:>6} {r['intensity']:>11.1f} {r['step_s'] * 1e3:>8.2f} {r['tokens_per_s']:>9,.0f} "
-          f"{r['tokens_per_s'] / batch:>13,.1f}  {r['bound']} (ridge {r['ridge']:.0f})")
+    fits = "" if batch <= capacity.max_sequences else "  DOES NOT FIT: arithmetic only"
+    print(f"{batch:>6} {r['bytes_per_step'] / 1e9:>16.1f} {r['intensity']:>11.1f} {r['step_s'] * 1e3:>8.2f} "
+          f"{r['tokens_per_s']:>9,.0f} {r['tokens_per_s'] / batch:>13,.1f}  {r['bound']} (ridge {r['ridge']:.0f}){fits}")
+full = decode_roofline(llama.n_params, 2, kv_4k, capacity.max_sequences, h100.bandwidth_gb_s, H100_DENSE_BF16_TFLOPS)
+print(f"memory binds first: the fullest batch that fits ({capacity.max_sequences}) reaches {full['intensity']:.1f} "
+      f"FLOPs/byte, {full['intensity'] / full['ridge']:.0%} of the ridge; no batch can pass "
+      f"2 x params / KV per sequence = {2 * llama.n_params / kv_4k:.1f}")
 
 # %% [markdown]
 # Three lessons hide in those lines.
 #
 # - **The 8B model at batch 1** can produce at most a couple of hundred tokens per second,
-#   however fast the arithmetic: every token needs all 16 GB of weights to stream through
-#   the chip. That is where the "20 to 50 ms per token" of hosted models comes from, once
-#   larger models, shared load and overheads are added.
-# - **Batching** raises the total almost for free while the weights dominate the bytes, but
-#   the caches grow with the batch and at long contexts they, not the weights, become the
-#   traffic: the intensity levels off far below the ridge. Smaller caches (grouped-query
-#   attention, notebook 02; int8 or paged caches) move that wall.
+#   however fast the arithmetic: every token needs all the weights (the gigabytes printed
+#   above) to stream through the chip. That is where the "20 to 50 ms per token" of hosted
+#   models comes from, once larger models, shared load and overheads are added.
+# - **Memory binds before intensity.** Each sequence's cache at 4,096 tokens takes about half
+#   a gigabyte, so notebook 03's capacity plan lets only the printed number of sequences sit
+#   beside the weights and the reserve. The rows marked "does not fit" are arithmetic that no
+#   80 GB chip can run. Batching raises the total while the weights dominate the bytes, but
+#   every added sequence brings its own cache to read, and at the fullest batch that fits
+#   the intensity is still a small fraction of the ridge. Smaller caches (grouped-query
+#   attention, notebook 02; int8 caches) let more sequences fit and move that wall.
 # - **tinychat on this CPU** is a different animal: its weights are a few megabytes, small
 #   enough to fit in a typical CPU's last-level cache, so main-memory bandwidth explains only
 #   the share of the measured step printed above. What is left is the fixed cost of a step (Python, the
@@ -370,28 +391,38 @@ for batch in (1, 8, 64, 256, 1024):
 #   that is why the engine works hard to do more per step.
 #
 # The classic roofline picture puts these on one chart: attainable FLOP/s against intensity,
-# a slanted memory roof and a flat compute roof meeting at the ridge.
+# a slanted memory roof and a flat compute roof meeting at the ridge. Filled points are the
+# batches that fit in the chip's memory, hollow red ones those that do not; the dashed line
+# marks the fullest batch that fits, left of the ridge.
 
 # %%
 intensities = torch.logspace(-1, 4, 200)
 roof = torch.minimum(intensities * h100.bandwidth_gb_s * 1e9, torch.tensor(H100_DENSE_BF16_TFLOPS * 1e12))
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 ax.loglog(intensities, roof / 1e12, "k-", label="H100 SXM roof (representative)")
-for batch in (1, 8, 64, 512):
-    bytes_ = llama.n_params * 2 + batch * kv_4k
-    flops = 2 * llama.n_params * batch
-    intensity = flops / bytes_
-    ax.plot(intensity, min(intensity * h100.bandwidth_gb_s * 1e9, H100_DENSE_BF16_TFLOPS * 1e12) / 1e12, "o")
-    ax.annotate(f"batch {batch}", (intensity, min(intensity * h100.bandwidth_gb_s * 1e9,
-                                                  H100_DENSE_BF16_TFLOPS * 1e12) / 1e12),
-                textcoords="offset points", xytext=(5, -12), fontsize=8)
+def llama_point(batch):
+    """(intensity, attainable TFLOP/s) of one decode step, worked here by hand so the plot does
+    not depend on your decode_roofline."""
+    intensity = 2 * llama.n_params * batch / (2 * llama.n_params + batch * kv_4k)
+    return intensity, min(intensity * h100.bandwidth_gb_s * 1e9, H100_DENSE_BF16_TFLOPS * 1e12) / 1e12
+
+
+nearby = iter([(-52, 2), (6, -12), (-12, 8), (6, 18)])  # the four large batches crowd together: spread their labels
+for batch in roofline_batches:
+    fits = batch <= capacity.max_sequences
+    ax.plot(*llama_point(batch), "o", mfc=None if fits else "none", c="tab:blue" if fits else "tab:red")
+    ax.annotate(f"batch {batch}" + ("" if fits else " (does not fit)"), llama_point(batch), textcoords="offset points",
+                xytext=(5, -12) if batch < 64 else next(nearby), fontsize=8)
+full_intensity = llama_point(capacity.max_sequences)[0]
+ax.axvline(full_intensity, ls="--", c="tab:red", lw=1)
+ax.text(full_intensity, 0.5, f"memory full at batch {capacity.max_sequences} ", fontsize=8, ha="right")
 ridge = H100_DENSE_BF16_TFLOPS * 1e12 / (h100.bandwidth_gb_s * 1e9)
 ax.axvline(ridge, ls=":", c="grey")
 ax.text(ridge, 2, f" ridge ~{ridge:.0f} FLOPs/byte", fontsize=8)
 ax.set_xlabel("arithmetic intensity (FLOPs per byte read)")
 ax.set_ylabel("attainable TFLOP/s")
-ax.set_title("Llama 3.1 8B decode, 4k contexts: every batch sits under the memory roof")
-ax.legend(loc="lower right")
+ax.set_title(f"Llama 3.1 8B decode, 4k contexts: 80 GB holds at most {capacity.max_sequences} sequences")
+ax.legend(loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -499,12 +530,12 @@ print(f"continuous: steps that also prefilled a newcomer took {statistics.median
 #    decode adds `[id, 1]` to the batch and uses 1 of the budget.
 # 2. **Running prefills**, oldest first, while budget is left: each adds `[id, n]` with
 #    `n = min(tokens - computed, budget left)` (chunked prefill).
-# 3. **Admission**, only if nobody was preempted this step (memory is tight, and the victim
-#    now heads the queue anyway): while `waiting` is not empty,
-#    budget is left and `len(running) < max_num_seqs`, look at the head of `waiting`. It needs
-#    `ceil(tokens / block_size)` blocks; if fewer are free, stop (nobody may overtake it).
-#    Otherwise it takes them (its `blocks` becomes that number), moves to the end of
-#    `running`, and adds `[id, min(tokens, budget left)]`.
+# 3. **Admission**: while `waiting` is not empty, budget is left and `len(running) <
+#    max_num_seqs`, look at the head of `waiting`. It needs `ceil(tokens / block_size)` blocks;
+#    if fewer are free, stop (nobody may overtake it). Otherwise it takes them (its `blocks`
+#    becomes that number), moves to the end of `running`, and adds `[id, min(tokens, budget
+#    left)]`. (In a step that preempted, this admits nobody: the last victim heads the queue,
+#    and fewer blocks are free than it needs.)
 #
 # Return `{"batch": [[id, n], ...], "preempted": [id, ...], "running": [...], "waiting": [...],
 # "free_blocks": int}` with the sequences' dicts as they are after the step (the forward pass
@@ -550,7 +581,7 @@ def schedule_step(running, waiting, free_blocks, block_size, max_num_seqs, max_b
             batch.append([seq["id"], n])
             budget -= n
 
-    while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:
+    while waiting and budget > 0 and len(running) < max_num_seqs:
         head = waiting[0]
         needed = -(-head["tokens"] // block_size)
         if needed > free_blocks:
@@ -657,10 +688,16 @@ print(f"  contiguous reserves {paging.contiguous_reserved_tokens:,} slots: {pagi
       f"({paging.contiguous_waste_bytes / 1e6:.2f} MB of float32 KV)")
 print(f"  paged reserves {paging.paged_reserved_tokens:,} slots: {paging.paged_waste_fraction:.0%} wasted "
       f"({paging.paged_waste_bytes / 1e6:.3f} MB)")
+print(f"  paged waste: {paging.paged_waste_tokens} slots, within the bound of one partly filled block per request "
+      f"({len(final_lengths)} x {block_size - 1} = {len(final_lengths) * (block_size - 1)} slots); contiguous waste: "
+      f"{paging.contiguous_waste_tokens:,} slots")
 
 # %% [markdown]
-# Memory that is not wasted is memory for more concurrent requests, which is what raises
-# throughput on a real accelerator. Blocks make a second saving possible: two requests that
+# Paging does not make the waste vanish: with replies this short, the unused tail of each
+# request's last block is a visible share of what it reserves. But that share is bounded by
+# one block per request, however long the requests grow, while contiguous reservation
+# wastes the rest of a whole window for each. Memory that is not wasted is memory for more
+# concurrent requests, which is what raises throughput on a real accelerator. Blocks make a second saving possible: two requests that
 # start with the same tokens can point at the *same* blocks.
 #
 # ### Exercise 4 — a block allocator with prefix caching
@@ -823,14 +860,18 @@ def ttft_alone(engine, messages):
 
 
 print(f"system prompt: {len(encode_chat(tokenizer, [shared], add_generation_prompt=False))} tokens")
-ttfts = {}
+ttfts, hit_rates = {False: [], True: []}, {}
+for _ in range(2):  # two rounds, off and on interleaved: each request keeps its faster TTFT
+    for caching in (False, True):
+        engine = Engine(model, tokenizer, prefix_caching=caching)
+        ttfts[caching].append([ttft_alone(engine, [shared, {"role": "user", "content": q}]) for q in questions])
+        hit_rates[caching] = engine.stats().hit_rate
 for caching in (False, True):
-    engine = Engine(model, tokenizer, prefix_caching=caching)
-    ttfts[caching] = [ttft_alone(engine, [shared, {"role": "user", "content": q}]) for q in questions]
+    ttfts[caching] = [min(runs) for runs in zip(*ttfts[caching])]
     print(f"prefix caching {'on ' if caching else 'off'}: TTFT {[round(t * 1e3, 2) for t in ttfts[caching]]} ms, "
-          f"cache hit rate {engine.stats().hit_rate:.0%}")
-off, on = statistics.mean(ttfts[False][1:]), statistics.mean(ttfts[True][1:])
-print(f"requests 2-4: {off * 1e3:.2f} ms without the cache, {on * 1e3:.2f} ms with it ({off / on:.1f}x)")
+          f"cache hit rate {hit_rates[caching]:.0%}")
+off, on = statistics.median(ttfts[False][1:]), statistics.median(ttfts[True][1:])
+print(f"requests 2-4, median: {off * 1e3:.2f} ms without the cache, {on * 1e3:.2f} ms with it ({off / on:.1f}x)")
 
 # %% [markdown]
 # With the cache on, later requests prefill only the few tokens after the shared blocks, so
@@ -932,46 +973,68 @@ print(f"mean tokens per target pass: {statistics.mean(len(d) for d in draws):.3f
 # speed: the chance of keeping a guess is $\alpha = \sum_x \min(p(x), q(x))$, and with $k$
 # guesses a pass yields $(1 - \alpha^{k+1}) / (1 - \alpha)$ tokens on average.
 #
-# Now on the engine, one request at a time (the latency case), greedy, $k = 4$: prompt lookup
+# Now on the engine, one request at a time (the latency case), $k = 4$, greedy (temperature
+# 0) and sampled (temperature 1): prompt lookup
 # (`"ngram"`, guesses copied from earlier in the context, no model) and `tinychat-draft` (a
 # model with half the layers and half the width, trained on the same data).
 
 # %%
 draft_model = load_model("tinychat-draft", device="cpu")
-spec_prompts = [c.prompt_messages for c in heldout_split(2)][:6]
+spec_prompts = [c.prompt_messages for c in heldout_split(2)][:4]
 methods = {"plain": None, "ngram": {"method": "ngram", "k": 4},
            "draft": {"method": "draft", "model": draft_model, "k": 4}}
-print(f"{'':<7}{'temp':>5}{'accepted':>10}{'tokens/pass':>12}{'ms':>8}{'vs plain':>9}  same replies")
-for temperature in (0.0, 1.0):
-    params = SamplingParams(temperature=temperature, max_new_tokens=48, seed=1)
-    baseline = None
+
+
+def run_method(spec, params, prompts):
+    """The prompts one at a time (the latency case): replies, target passes, guesses, seconds."""
+    replies, passes, drafted, accepted = [], 0, 0, 0
+    t0 = time.perf_counter()
+    for prompt in prompts:
+        engine = Engine(model, tokenizer, max_num_seqs=1, speculative=spec)
+        replies += engine.generate([prompt], params)
+        passes += engine.num_steps
+        drafted += engine.speculative_stats.num_drafted
+        accepted += engine.speculative_stats.num_accepted
+    return {"replies": replies, "passes": passes, "drafted": drafted, "accepted": accepted,
+            "seconds": time.perf_counter() - t0}
+
+
+greedy_spec = SamplingParams(temperature=0, max_new_tokens=24, seed=1)
+for spec in methods.values():  # warm-up: a method's first run pays one-time costs
+    run_method(spec, greedy_spec, spec_prompts[:1])
+spec_runs, spec_seconds = {}, {name: [] for name in methods}
+for _ in range(3):  # interleaved, plain, ngram, draft, plain, ...: a burst of load hits every method
     for name, spec in methods.items():
-        replies, passes, drafted, accepted = [], 0, 0, 0
-        t0 = time.perf_counter()
-        for prompt in spec_prompts:
-            engine = Engine(model, tokenizer, max_num_seqs=1, speculative=spec)
-            replies += engine.generate([prompt], params)
-            passes += engine.num_steps
-            drafted += engine.speculative_stats.num_drafted
-            accepted += engine.speculative_stats.num_accepted
-        seconds = time.perf_counter() - t0
-        baseline = baseline or (replies, seconds)
-        tokens = sum(len(r.token_ids) for r in replies)
-        same = sum(a.token_ids == b.token_ids for a, b in zip(replies, baseline[0]))
-        rate = f"{accepted / drafted:.0%}" if drafted else "-"
-        print(f"{name:<7}{temperature:>5.1f}{rate:>10}{tokens / passes:>12.2f}{seconds * 1e3:>8.0f}"
-              f"{baseline[1] / seconds:>8.2f}x  {same}/{len(replies)}")
+        spec_runs[(name, 0.0)] = run = run_method(spec, greedy_spec, spec_prompts)  # the counts never change
+        spec_seconds[name].append(run["seconds"])
+print(f"temperature 0 timed: 3 interleaved runs of each method after a warm-up, {len(spec_prompts)} requests each")
+
+# %%
+for name, spec in methods.items():  # the same requests sampled at temperature 1: counts only
+    spec_runs[(name, 1.0)] = run_method(spec, SamplingParams(temperature=1.0, max_new_tokens=24, seed=1), spec_prompts)
+median_ms = {name: 1e3 * statistics.median(runs) for name, runs in spec_seconds.items()}
+print(f"{'':<7}{'temp':>5}{'accepted':>10}{'tokens/pass':>12}  same replies{'median ms':>11}{'vs plain':>9}")
+for (name, temperature), run in spec_runs.items():
+    baseline = spec_runs[("plain", temperature)]["replies"]
+    tokens = sum(len(r.token_ids) for r in run["replies"])
+    same = sum(a.token_ids == b.token_ids for a, b in zip(run["replies"], baseline))
+    rate = f"{run['accepted'] / run['drafted']:.0%}" if run["drafted"] else "-"
+    timing = (f"{median_ms[name]:>11.0f}{median_ms['plain'] / median_ms[name]:>8.2f}x" if temperature == 0
+              else f"{'-':>11}{'-':>9}")
+    print(f"{name:<7}{temperature:>5.1f}{rate:>10}{tokens / run['passes']:>12.2f}  {same}/{len(baseline):<10}{timing}")
 
 # %% [markdown]
-# Read the columns separately. *Tokens per pass* is what speculation promises: fewer target
-# passes for the same reply. *Same replies* at temperature 0 confirms the greedy output is
-# unchanged, whatever the draft. (At temperature 1 the replies are samples; the rule keeps
-# their distribution, not the exact tokens, so they may differ.) The wall-clock ratio is what
-# you pay for, and it can approach the drop in target passes only when the draft's own work
-# is nearly free; here both models are small, much of every pass is fixed overhead, and on a
-# shared CPU the ratio also jitters from run to run. On a 70B target with a 1B draft on a
-# GPU, where the target's step is memory-bound and the batch is small, published results
-# commonly report 2-3x (representative, not measured here).
+# Read the columns separately. *Accepted* and *tokens per pass* are counts, the same on every
+# run: tokens per pass is what speculation promises, fewer target passes for the same reply.
+# *Same replies* at temperature 0 confirms the greedy output is unchanged, whatever the
+# draft. (At temperature 1 the replies are samples; the rule keeps their distribution, not
+# the exact tokens, so they may differ.) The last two columns are wall-clock time, the median
+# of the three timed runs at temperature 0. A speed-up can at best approach the tokens per
+# pass, and only if drafting were free (a printed ratio above it is noise); here both models
+# are small and much of every pass is fixed overhead, and on a shared 2-core machine a ratio
+# within a few tens of percent of 1 is no evidence either way. On a 70B target with a 1B
+# draft on a GPU, where the target's step is memory-bound and the batch is small, published
+# results commonly report 2-3x (representative, not measured here).
 # It stops paying when the batch is already large (the step is no longer memory-bound, so
 # extra verified tokens cost real compute), when acceptance is low (creative sampling, a
 # poorly matched draft), or when the draft itself is slow.
@@ -994,7 +1057,8 @@ for temperature in (0.0, 1.0):
 #   zeros gets scale `1.0` (any scale reproduces it; 1 avoids dividing by 0).
 # - `q = round(weight / scale)`, dividing the float64 weight by the **stored** float32 scale
 #   (converted to float64), rounding **half to even** (`torch.round`; 2.5 -> 2, 3.5 -> 4, never
-#   truncating), clamped to `-127 .. 127`, as an `int8` tensor `(out, in)`.
+#   truncating), as an `int8` tensor `(out, in)`. The largest magnitude of a row lands on
+#   ±127, so every value fits in `-127 .. 127`.
 # - Return `(q, scale)`.
 # - `dequantize(q, scale)` returns the float32 tensor `q * scale` with `scale_r` applied to row r.
 # - Raise `ValueError` when `weight` is not 2-D or holds an infinity or NaN.
@@ -1128,6 +1192,9 @@ print(f"{'concurrency':>11} {'requests':>8} {'tokens/s':>9} {'TTFT p50':>9} {'TT
 for concurrency, r in results.items():
     print(f"{concurrency:>11} {r.completed:>8} {r.output_throughput:>9.0f} {r.ttft.median:>9.1f} {r.ttft.p99:>9.1f} "
           f"{r.tpot.median or float('nan'):>9.2f}")
+low, high = results[levels[0]], results[levels[-1]]
+print(f"p99 TTFT at {levels[-1]} at once is {high.ttft.p99 / low.ttft.p99:.1f}x the p99 TTFT at {levels[0]}; "
+      f"throughput {high.output_throughput / low.output_throughput:.1f}x")
 fig, ax = plt.subplots(figsize=(6, 3.4))
 ax.plot([r.ttft.p99 for r in results.values()], [r.output_throughput for r in results.values()], "o-")
 for concurrency, r in results.items():
@@ -1139,14 +1206,16 @@ ax.set_title("course serve on this CPU: throughput against tail latency")
 plt.show()
 
 # %% [markdown]
-# Each point is one load level. Moving along the curve, more requests share each step:
-# throughput rises while the batch is still cheap, and the tail of TTFT grows as each
-# newcomer's prefill waits for, and shares, steps full of other requests' work. Past the
-# server's 8 seats (`--max-num-seqs 8`) newcomers also queue for a seat. Where the curve
-# flattens, extra load buys only latency. A capacity plan picks the point on this curve that meets the latency target (say
-# "p99 TTFT under 500 ms") and sizes the fleet from the throughput there; a single average
-# hides the tail that users complain about. (On 2 shared CPU cores the numbers are noisy; run
-# the cell again and compare the shape rather than the digits.)
+# Each point is one load level. With more requests at once, more of them share each step:
+# each newcomer's prefill waits for, and shares, steps full of other requests' work, and past
+# the server's 8 seats (`--max-num-seqs 8`) newcomers also queue for a seat, so the tail of
+# TTFT at the highest load is far above the tail at one request (the last line above). More
+# requests per step is also what should raise throughput until the curve flattens and extra
+# load buys only latency; but each level runs for a few seconds on 2 shared CPU cores, so a
+# single level can land off the trend. Run the cell again and compare the shape rather than
+# the digits. A capacity plan picks the point on such a curve that meets the latency target
+# (say "p99 TTFT under 500 ms") and sizes the fleet from the throughput there; a single
+# average hides the tail that users complain about.
 #
 # ## Levers and what they cost
 #
@@ -1154,7 +1223,7 @@ plt.show()
 # | --- | --- | --- |
 # | continuous batching | seats refilled every step: throughput | newcomers' prefills slow everyone's step: more variance in ITL |
 # | chunked prefill | long prompts cannot stall running decodes | a long prompt's TTFT stretches over several steps |
-# | paged KV blocks | near-zero fragmentation: more concurrent requests | an allocator, block tables, gather-based attention |
+# | paged KV blocks | waste bounded by one partly filled block per request, not a whole window: more concurrent requests | an allocator, block tables, gather-based attention |
 # | prefix caching | TTFT and compute of shared prefixes | memory held by cached blocks; only exact, block-aligned prefixes match |
 # | grouped-query attention (notebook 02) | a smaller cache per token | fewer KV heads: a little quality, decided at training |
 # | tiled attention, online softmax (notebook 02) | the same exact result with less memory traffic | a more complex kernel |

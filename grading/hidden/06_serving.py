@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from course_lib.api.loadgen import RequestRecord
-from course_lib.checks.serving import ReferencePool, pool_session, reference_schedule
+from course_lib.checks.serving import (ReferencePool, float32_ratio_round, pool_session, reference_schedule,
+                                       stored_scale_row)
 from course_lib.pipeline.hidden import Once
 from course_lib.pipeline.hidden import item as _item  # one part of a shared answer
 
@@ -136,6 +137,10 @@ def decode_roofline(learner, check):
             check.close(f"{rule} ({shown})", _item(key, replay), expected[key], atol=0, rtol=1e-9)
         check.equal(f"bound: 'memory' when the memory time is at least the compute time ({shown})",
                     _item("bound", replay), expected["bound"])
+    empty_cache = Once(lambda: f(1e9, 2, 0, 3, 1000, 100))
+    check.close("a KV of 0 bytes per sequence is valid (no cache read yet): only a negative one raises",
+                _item("bytes_per_step", empty_cache), _roofline(1e9, 2, 0, 3, 1000, 100)["bytes_per_step"], atol=0,
+                rtol=1e-9)
     tie = Once(lambda: f(1e9, 2, 0, 1, 1000, 1))
     check.equal("bound: 'memory' when the memory time is at least the compute time (equal times)", _item("bound", tie),
                 "memory")
@@ -201,7 +206,7 @@ def schedule_step(learner, check):
         ("no admission in a step that preempted",
          ([_s("A", 17, 16, 5, 4), _s("B", 6, 5, 1, 2)], [_s("W", 1)], 0, 4, 3, 20)),
         ("the sequence needing the block is the newest: it preempts itself and the decodes stop",
-         ([_s("A", 5, 4, 1, 1), _s("B", 8, 7, 1, 2), _s("C", 13, 12, 4, 3)], [], 0, 4, 3, 9)),
+         ([_s("A", 5, 4, 1, 2), _s("B", 8, 7, 1, 2), _s("C", 13, 12, 4, 3)], [], 0, 4, 3, 9)),
         ("each decode short of a block preempts the newest in turn",
          ([_s("A", 5, 4, 1, 1), _s("B", 9, 8, 2, 2), _s("C", 2, 1, 1, 1), _s("D", 4, 1, 0, 1)], [_s("W", 2)], 0, 4, 5, 10)),
         ("head of line: a waiting request that does not fit stops admission",
@@ -339,6 +344,13 @@ def block_pool(learner, check):
          [("allocate", "a", [1, 2, 3]), ("allocate", "b", [4, 4, 4]), ("allocate", "c", [1, 2, 9]), ("ref_count", 0)]),
         ("a hit is verified on the whole prefix, not just the block's own tokens", 9, 2, "tokens_only",
          [("allocate", "a", [1, 2, 3, 4, 5, 6, 0]), ("allocate", "b", [1, 2, 5, 6, 0]), ("allocate", "c", [1, 2, 3, 4, 9])]),
+        ("the lookup stops at the first miss: a later block that would verify is not a hit", 9, 2, "tokens_only",
+         [("allocate", "q", [1, 2, 9]), ("allocate", "p", [4, 0, 5, 6, 7]), ("allocate", "r", [4, 0, 5, 6, 1])]),
+        ("every full block is registered, the last one too (it was not looked up)", 8, 4, "chained",
+         [("allocate", "a", system), ("allocate", "b", system + [1]), ("ref_count", 1), ("num_free",)]),
+        ("a request that needs exactly the free blocks gets them; the next one raises RuntimeError", 4, 2, "chained",
+         [("allocate", "a", [1, 2, 3, 4, 5]), ("allocate", "b", [7]), ("num_free",), ("allocate", "c", [8]),
+          ("free", "b"), ("allocate", "c", [8, 8])]),
         ("not enough free blocks: RuntimeError and nothing changes", 5, 4, "chained",
          [("allocate", "a", system + [1]), ("allocate", "b", [9, 9, 9]), ("allocate", "c", system + [1, 2, 3, 4, 5]),
           ("ref_count", 0), ("ref_count", 1), ("num_free",), ("allocate", "d", [7, 7, 7, 7, 7])]),
@@ -479,6 +491,10 @@ def accept_or_resample(learner, check):
                    "normalize(max(0, p - q))")
     check.equal("4,000 rounds of a poor draft: the same tokens as the rule replayed here",
                 lambda: replay()[0], _replay(rounds, 4242)[0])
+    for seed in (3, 4, 5, 6):
+        rounds = [float32_ratio_round(seed)]  # inputs only: the expectation is the replay here
+        check.equal(f"p / q divided in float64: u[0] within float32 rounding of p/q (seed {seed})",
+                    lambda: run(rounds, seed)[0], _replay(rounds, seed)[0])
     for label, rounds in (("the first guess", [([1], [[1.0, 0.0]], [[0.5, 0.5], [0.5, 0.5]])]),
                           ("a later guess", [([0, 2], [[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]],
                                               [[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])])):
@@ -519,6 +535,7 @@ def quantize_per_channel(learner, check):
          torch.tensor([[1.0, 8.0], [-3.0, 0.5], [0.25, 0.125], [6.0, -6.0]])),
         ("a row of zeros gets scale 1.0 and q = 0", torch.tensor([[0.0, 0.0, 0.0], [0.3, -0.6, 0.9], [0.0, 0.0, 0.0]])),
         ("the largest magnitude of each row maps to +-127", torch.tensor([[-5.0, 2.0, 4.99], [3.0, -3.0, 1.0]])),
+        ("w is divided by the stored float32 scale (a value at x.5 in float64)", stored_scale_row()),
     ]
     for case in range(5):
         rows, cols = 7 + case, 9 + 2 * case
@@ -529,7 +546,7 @@ def quantize_per_channel(learner, check):
     for label, w in named:
         q_expected, scale_expected = _quantize(w.double().tolist())
         replay = Once(lambda: f(w.clone()))
-        check.close(f"{label}: q = round(w / scale) half to even, clamped to -127..127", _item(0, replay), q_expected,
+        check.close(f"{label}: q = round(w / scale) half to even, in -127..127", _item(0, replay), q_expected,
                     atol=0)
         check.close(f"{label}: scale = max|row| / 127 per output row (1.0 for a zero row)", _item(1, replay),
                     scale_expected, atol=0, rtol=1e-7)

@@ -173,6 +173,32 @@ def _dequantize_divides(q, scale):
     return q.float() / scale.float()[:, None]
 
 
+# -- mutants of the other solutions, one stated rule broken each (see tests/hidden/mutants.py) --------
+def _metrics_mutant(label, *edits):
+    return mutant(A, "stream_metrics", *edits, label=label)
+
+
+def _roofline_mutant(label, *edits):
+    return mutant(A, "decode_roofline", *edits, label=label)
+
+
+def _spec_mutant(label, *edits):
+    return mutant(A, "accept_or_resample", *edits, label=label)
+
+
+def _quantize_mutant(label, *edits):
+    return mutant(A, "quantize_per_channel", *edits, label=label)
+
+
+def _dequantize_mutant(label, *edits):
+    return mutant(A, "dequantize", *edits, label=label)
+
+
+_TIMES = "times = [start, *chunk_times, end]"
+_DECODE_BUDGET = '        batch.append([seq["id"], 1])\n        budget -= 1\n'
+_Q_CHECK = "if (q_x <= 0).any():"
+
+
 # (exercise, replaced names, fragment of the hidden check it breaks): see test_wrong_answers.py
 WRONG_ANSWERS = [
     ("stream_metrics", {"stream_metrics": _metrics_with(tpot="over_n")}, "TPOT = (latency - TTFT) / (output_tokens - 1)"),
@@ -259,4 +285,89 @@ WRONG_ANSWERS = [
     ("quantize_per_channel", {"quantize_per_channel": _quantize_with(validate=False)}, "invalid weight raises ValueError"),
     ("quantize_per_channel", {"quantize_per_channel": _quantize_with(dtype=torch.int32)}, "q is int8"),
     ("quantize_per_channel", {"dequantize": _dequantize_divides}, "dequantize(q, scale) = q * scale"),
+    # -- added with the rule-by-rule review: each breaks one more sentence of an exercise text --
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_ttft_not_relative", ("ttft = (chunk_times[0] if chunk_times else end) - start", "ttft = chunk_times[0] if chunk_times else end - start"))},
+     "TTFT is the first chunk minus start"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_latency_to_last_chunk", ("latency = end - start", "latency = (chunk_times[-1] if chunk_times else end) - start"))},
+     "latency = end - start"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_tpot_per_chunk", ("(output_tokens - 1) if output_tokens > 1", "(len(chunk_times) - 1) if len(chunk_times) > 1"))},
+     "TPOT = (latency - TTFT) / (output_tokens - 1)"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_tpot_none_only_at_one", ("if output_tokens > 1 else None", "if output_tokens != 1 else None"))},
+     "TPOT is None with fewer than 2 tokens"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_itl_to_end", ("zip(chunk_times, chunk_times[1:])", "zip(chunk_times, [*chunk_times[1:], end])"))},
+     "ITL: the gaps between consecutive chunks"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_equal_times_raise", ("if any(later < earlier", "if any(later <= earlier"))},
+     "TTFT is the first chunk minus start"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_checks_chunk_order_only", (_TIMES, "times = list(chunk_times)"))},
+     "times going backwards raise ValueError (a chunk before start)"),
+    ("stream_metrics", {"stream_metrics": _metrics_mutant("_metrics_end_unchecked", (_TIMES, "times = [start, *chunk_times]"))},
+     "times going backwards raise ValueError (end before the last chunk)"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_bytes_per_flop", ('"intensity": flops_per_step / bytes_per_step', '"intensity": bytes_per_step / flops_per_step'))},
+     "intensity = FLOPs / bytes"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_ridge_in_mixed_units", ('"ridge": peak / bandwidth', '"ridge": peak_tflops / bandwidth_gb_s'))},
+     "ridge = peak FLOP/s / bandwidth in bytes/s"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_memory_time_only", ("step_s = max(memory_s, compute_s)", "step_s = memory_s"))},
+     "step = the larger of bytes / bandwidth and FLOPs / peak"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_extra_keys", ('"bound": "memory" if', '"memory_s": memory_s, "compute_s": compute_s, "bound": "memory" if'))},
+     "returns a dict with the seven keys"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_rejects_empty_cache", ("kv_bytes_per_seq < 0 or", "kv_bytes_per_seq <= 0 or"))},
+     "a KV of 0 bytes per sequence is valid"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_allows_batch_0", ("batch < 1", "batch < 0"))},
+     "invalid input raises ValueError (batch 0)"),
+    ("decode_roofline", {"decode_roofline": _roofline_mutant("_roofline_bytes_per_param_unchecked", ("min(n_params, bytes_per_param, bandwidth_gb_s, peak_tflops)", "min(n_params, bandwidth_gb_s, peak_tflops)"))},
+     "invalid input raises ValueError (negative bytes per parameter)"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_floor_blocks", (_GROWS, 'if seq["blocks"] < seq["tokens"] // block_size:'))},
+     "a decode whose newest token starts a block takes one free block"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_victim_keeps_blocks", ('                free_blocks += victim["blocks"]\n', ""))},
+     "no free block: the newest running sequence is preempted"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_self_victim_decodes", ("            if gave_up:\n                break\n", ""))},
+     "it preempts itself and the decodes stop"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_free_decodes", (_DECODE_BUDGET, '        batch.append([seq["id"], 1])\n'))},
+     "decodes come first, then running prefills share the budget left"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_admission_uncapped", ('n = min(head["tokens"], budget)', 'n = head["tokens"]'))},
+     "admission in arrival order, each chunk capped by the budget left"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_admission_floor_blocks", ('needed = -(-head["tokens"] // block_size)', 'needed = head["tokens"] // block_size'))},
+     "admission in arrival order, each chunk capped by the budget left"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_marks_victims", ('victim["blocks"], victim["computed"] = 0, 0', 'victim["blocks"], victim["computed"], victim["preempted"] = 0, 0, True'))},
+     "a preempted sequence keeps tokens and outputs, and gets computed 0 and blocks 0"),
+    ("schedule_step", {"schedule_step": _schedule_with("_schedule_runs_the_forward_pass", ('            batch.append([seq["id"], n])\n            budget -= n\n', '            batch.append([seq["id"], n])\n            seq["computed"] += n\n            budget -= n\n'))},
+     "decodes come first, then running prefills share the budget left"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_counts_blocks_not_tokens", ("return list(table), len(hits) * size", "return list(table), len(hits)"))},
+     "a shared prefix hits its full blocks and adds a reference to each"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_takes_from_back", ("block = self.free_list.popleft()", "block = self.free_list.pop()"))},
+     "a fresh pool hands out blocks from the front of the free list"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_skips_misses", ("                break\n            hits.append(block)", "                continue\n            hits.append(block)"))},
+     "the lookup stops at the first miss"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_registers_looked_up_only", ("for i, key in enumerate(keys):", "for i, key in enumerate(keys[:(len(tokens) - 1) // size]):"))},
+     "every full block is registered, the last one too"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_hit_stays_free", ("            if self.refs[block] == 0:\n                self.free_list.remove(block)\n", ""))},
+     "a freed cached block keeps its contents and leaves the free list when hit"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_exact_fit_refused", ("> len(self.free_list):", ">= len(self.free_list):"))},
+     "a request that needs exactly the free blocks gets them"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_empty_prompt_allowed", ('        if not tokens:\n            raise ValueError("the prompt is empty")\n', ""))},
+     "ValueError: a sequence that holds blocks, an unknown or freed one, an empty prompt"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_reallocates_live_id", ('        if seq_id in self.tables:\n            raise ValueError(f"{seq_id!r} already holds blocks; free it first")\n', ""))},
+     "ValueError: a sequence that holds blocks, an unknown or freed one, an empty prompt"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_free_unknown_silent", ('raise ValueError(f"unknown sequence {seq_id!r}")', "return"))},
+     "ValueError: a sequence that holds blocks, an unknown or freed one, an empty prompt"),
+    ("block_pool", {"BlockPool": _pool_with("_pool_table_kept_after_free", ("reversed(self.tables.pop(seq_id))", "reversed(self.tables[seq_id])"))},
+     "ValueError: a sequence that holds blocks, an unknown or freed one, an empty prompt"),
+    ("accept_or_resample", {"accept_or_resample": _spec_mutant("_spec_q_checked_on_first_guess", (_Q_CHECK, "if q_x[0] <= 0:"))},
+     "a drafted token with q(x) = 0 raises ValueError (a later guess)"),
+    ("accept_or_resample", {"accept_or_resample": _spec_mutant("_spec_ratio_in_float32", ("q_x = draft_probs[rows, index].double()", "q_x = draft_probs[rows, index]"), ("p_x = target_probs[rows, index].double()", "p_x = target_probs[rows, index]"))},
+     "p / q divided in float64"),
+    ("accept_or_resample", {"accept_or_resample": _spec_mutant("_spec_tensor_token", ("[int(sample_from_probs(final, generator))]", "[sample_from_probs(final, generator)]"))},
+     "returns a list of Python ints"),
+    ("quantize_per_channel", {"quantize_per_channel": _quantize_mutant("_quantize_unstored_scale", ("w / scale.double()[:, None]", "w / torch.where(amax > 0, amax / 127, torch.ones_like(amax))[:, None]"))},
+     "divided by the stored float32 scale"),
+    ("quantize_per_channel", {"quantize_per_channel": _quantize_mutant("_quantize_scale_float64", ("torch.ones_like(amax)).float()  # (out,)", "torch.ones_like(amax))  # (out,)"))},
+     "scale is float32"),
+    ("quantize_per_channel", {"quantize_per_channel": _quantize_mutant("_quantize_nan_only", ("not torch.isfinite(weight).all()", "torch.isnan(weight).any()"))},
+     "invalid weight raises ValueError (an infinity)"),
+    ("quantize_per_channel", {"quantize_per_channel": _quantize_mutant("_quantize_accepts_3d", ("weight.dim() != 2", "weight.dim() < 2"))},
+     "invalid weight raises ValueError (a 3-D tensor)"),
+    ("quantize_per_channel", {"dequantize": _dequantize_mutant("_dequantize_float64", ("return q.float() * scale.float()[:, None]", "return q.double() * scale.double()[:, None]"))},
+     "dequantize returns float32"),
+    ("quantize_per_channel", {"dequantize": _dequantize_mutant("_dequantize_unbroadcast", ("q.float() * scale.float()[:, None]", "q.float() * scale.float()"))},
+     "dequantize(q, scale) = q * scale row by row"),
 ]
