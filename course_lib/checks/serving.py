@@ -261,7 +261,8 @@ def schedule_step(fn) -> None:
                  plan["waiting"], [_seq("C", 7, 0, 1, 0), _seq("D", 3)],
                  hint="waiting.insert(0, victim): it is older than anyone still waiting")
     expect_equal("... and nobody is admitted in a step that preempted",
-                 [s["id"] for s in plan["running"]], ["A", "B"], hint="the victim heads the queue and cannot fit: head-of-line admission stops at once")
+                 [s["id"] for s in plan["running"]], ["A", "B"],
+                 hint="the victim heads the queue and cannot fit: head-of-line admission stops at once")
     expect("the decode that needs a block is itself the newest: it preempts itself and the decodes stop",
            ([_seq("A", 6, 5, 1, 2), _seq("B", 9, 8, 2, 2)], [_seq("W", 4)], 0, 4, 3, 8),
            hint="if the victim is the sequence that needed the block, stop the decode pass")
@@ -445,7 +446,8 @@ def block_pool(cls) -> None:
     expect_equal("a hash that ignores the parent: block (5, 6) after (1, 2) is not the block (5, 6) after (1, 2, 3, 4)",
                  got, [[[0, 1, 2, 3], 0], [[0, 4, 5], 2]],
                  hint="compare the whole prefix, not just the block's own tokens: the KV depends on everything before")
-    got = session([("allocate", "q", [1, 2, 9]), ("allocate", "p", [5, 0, 5, 6, 7]), ("allocate", "r", [5, 0, 5, 6, 1])],
+    got = session([("allocate", "q", [1, 2, 9]), ("allocate", "p", [5, 0, 5, 6, 7]),
+                   ("allocate", "r", [5, 0, 5, 6, 1])],
                   num_blocks=9, block_size=2, hash_fn=_tokens_only)
     expect_equal("the lookup stops at the first miss: (5, 0) collides with (1, 2) and misses, so the (5, 6) after it "
                  "is not looked up", got, [[[0, 1], 0], [[2, 3, 4], 0], [[5, 6, 7], 0]],

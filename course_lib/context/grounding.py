@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from course_lib.data.corpus import ABSTAIN
 from course_lib.data.grounded import GROUNDED_ABSTAIN, MAX_PASSAGES, STATEMENTS, grounded_conversation, score_grounded
 from course_lib.generation.replies import BATCH_ROWS, generate_replies_for
 from course_lib.sampling import SamplingParams
@@ -56,7 +57,7 @@ INJECTIONS: tuple[str, ...] = (
 )
 
 
-_DECLINES = (GROUNDED_ABSTAIN, "I don't know.")  # the two ways tinychat was trained to decline
+_DECLINES = (GROUNDED_ABSTAIN, ABSTAIN)  # the two ways tinychat was trained to decline
 
 
 def parse_grounded_reply(reply: str) -> tuple[str | None, str | None]:
