@@ -15,8 +15,9 @@ not change what is generated (``user``, ``metadata``, ``store``, ...) is accepte
 Parameters that would change generation but are not implemented are in ``UNSUPPORTED`` and
 rejected with a 400 that names them (sending one with an empty value, such as
 ``"logit_bias": {}``, asks for nothing and is accepted). Anything else is an unknown argument,
-rejected as OpenAI rejects it. The extensions ``top_k``, ``min_p``, ``repetition_penalty`` and
-``ignore_eos`` use vLLM's names (send them with the openai client's ``extra_body``).
+rejected as OpenAI rejects it. The extensions ``top_k``, ``min_p``, ``repetition_penalty``,
+``ignore_eos`` and ``stream_options.continuous_usage_stats`` use vLLM's names (send them with the
+openai client's ``extra_body``), as do the ``/tokenize`` and ``/detokenize`` bodies.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
-__all__ = ["ChatCompletion", "ChatCompletionChunk", "ChatCompletionRequest", "Completion", "CompletionRequest",
-           "OpenAIError", "UNSUPPORTED", "Usage", "sse_data", "validation_error"]
+__all__ = ["ChatCompletion", "ChatCompletionChunk", "ChatCompletionRequest", "CompletionRequest", "DetokenizeRequest",
+           "OpenAIError", "TextCompletion", "TokenizeRequest", "UNSUPPORTED", "Usage", "sse_data", "validation_error"]
 
 UNSUPPORTED = {
     "logit_bias": "the course sampler has no per-token bias",
@@ -185,6 +186,9 @@ class JsonObjectFormat(_Strict):
 class StreamOptions(_Strict):
     include_usage: bool | None = None
     include_obfuscation: bool | None = None  # padding against side channels; never added here
+    # vLLM's extension (load clients such as guidellm send it): with include_usage, every chunk
+    # also carries the usage so far of the choice it belongs to.
+    continuous_usage_stats: bool | None = None
 
 
 Unit = Annotated[float, Field(ge=0, le=1)]
@@ -287,6 +291,31 @@ class CompletionRequest(_Sampling):
     @property
     def max_new_tokens(self) -> int | None:
         return self.max_tokens
+
+
+class TokenizeRequest(_Strict):
+    """vLLM's ``POST /tokenize``: a text ``prompt`` (as /v1/completions reads it) or chat ``messages``
+    (through the chat template, as /v1/chat/completions reads them), never both."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
+    add_generation_prompt: bool = True   # messages only: end with the assistant marker
+    add_special_tokens: bool = True      # tinychat's tokenizer adds no BOS either way
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def one_input(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise _invalid("prompt", "send either prompt (text) or messages (a chat), not both and not neither")
+        return self
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's ``POST /detokenize``: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 # --- responses -----------------------------------------------------------------------------------

@@ -26,8 +26,9 @@ from sse_starlette import EventSourceResponse
 from course_lib.api.metrics import ServerMetrics
 from course_lib.api.openai_protocol import (ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
                                             ChatMessageOut, ChunkChoice, CompletionChoice, CompletionRequest, Delta,
-                                            JsonSchemaFormat, OpenAIError, TextCompletion, ToolCallOut, Usage,
-                                            chat_logprobs, completion_logprobs, sse_data)
+                                            DetokenizeRequest, JsonSchemaFormat, OpenAIError, TextCompletion,
+                                            TokenizeRequest, ToolCallOut, Usage, chat_logprobs, completion_logprobs,
+                                            sse_data)
 from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.async_engine import AsyncEngine, EngineStopped, QueueFull, Submission
@@ -147,12 +148,13 @@ class OpenAIService:
             usage=Usage.of(len(prompt_ids), sum(c.num_tokens for c in choices))).model_dump())
 
     async def _chat_chunks(self, stream, choices, body, rid, created, prompt_len, arrived):
-        with_usage = bool(body.stream_options and body.stream_options.include_usage)
+        with_usage, so_far = _usage_options(body, choices, prompt_len)
         lp = (lambda entries: chat_logprobs(entries, self.token_bytes)) if body.logprobs else (lambda entries: None)
 
         def chunk(index, delta, logprobs=None, finish=None, *, usage=None) -> str:
             choice = [] if index is None else [ChunkChoice(index=index, delta=delta, logprobs=logprobs,
                                                            finish_reason=finish)]
+            usage = so_far(index) if usage is None else usage
             return sse_data(ChatCompletionChunk(id=rid, created=created, model=self.model_name, choices=choice,
                                                 usage=usage), with_usage=with_usage)
 
@@ -201,10 +203,11 @@ class OpenAIService:
             usage=Usage.of(len(prompt_ids), sum(c.num_tokens for c in choices))).model_dump())
 
     async def _completion_chunks(self, stream, choices, body, rid, created, prompt_len, arrived):
-        with_usage = bool(body.stream_options and body.stream_options.include_usage)
+        with_usage, so_far = _usage_options(body, choices, prompt_len)
         offsets = [0] * len(choices)  # characters shown so far, per choice (logprobs' text_offset)
 
         def chunk(new_choices, usage=None) -> str:
+            usage = so_far(new_choices[0].index if new_choices else None) if usage is None else usage
             return sse_data(TextCompletion(id=rid, created=created, model=self.model_name, choices=new_choices,
                                        usage=usage), with_usage=with_usage)
 
@@ -219,6 +222,33 @@ class OpenAIService:
         if with_usage:
             yield chunk([], Usage.of(prompt_len, sum(c.num_tokens for c in choices)))
         yield "[DONE]"
+
+    # --- /tokenize and /detokenize (vLLM's) -------------------------------------------------------
+
+    def tokenize(self, body: TokenizeRequest) -> dict:
+        """The ids the model would read: a prompt as /v1/completions encodes it, messages as
+        /v1/chat/completions does (the chat template, markers included)."""
+        if body.model is not None:
+            self.check_model(body.model)
+        try:
+            if body.messages is not None:
+                messages = from_openai_messages([m.model_dump(exclude_none=True) for m in body.messages])
+                ids = encode_chat(self.tokenizer, messages, add_generation_prompt=body.add_generation_prompt)
+            else:
+                ids = encode_prompt(self.tokenizer, body.prompt)
+        except (TypeError, ValueError) as error:
+            raise OpenAIError(400, str(error), param="messages" if body.messages is not None else "prompt") from None
+        strs = [self.token_bytes(t).decode("utf-8", errors="replace") for t in ids] if body.return_token_strs else None
+        return {"count": len(ids), "max_model_len": self.engine.window, "tokens": ids, "token_strs": strs}
+
+    def detokenize(self, body: DetokenizeRequest) -> dict:
+        if body.model is not None:
+            self.check_model(body.model)
+        vocab = self.engine.model.config.vocab_size
+        bad = [t for t in body.tokens if t >= vocab]
+        if bad:
+            raise OpenAIError(400, f"token ids must be below the vocabulary size {vocab}; got {bad[0]}", param="tokens")
+        return {"prompt": self.tokenizer.decode(body.tokens)}
 
     # --- shared -----------------------------------------------------------------------------------
 
@@ -368,6 +398,17 @@ class OpenAIService:
         if raw is None:
             raw = self._token_bytes[token] = self.tokenizer.decode_bytes([token])
         return raw
+
+
+def _usage_options(body, choices: list[_Choice], prompt_len: int):
+    """(with_usage, so_far): whether the stream reports usage (``stream_options.include_usage``),
+    and the usage each chunk carries: with vLLM's ``continuous_usage_stats`` the tokens its choice
+    has produced so far, else None (only the final chunk has usage)."""
+    options = body.stream_options
+    with_usage = bool(options and options.include_usage)
+    if not (with_usage and options.continuous_usage_stats):
+        return with_usage, lambda index: None
+    return True, lambda index: None if index is None else Usage.of(prompt_len, choices[index].num_tokens)
 
 
 def _unavailable(error: EngineStopped) -> OpenAIError:

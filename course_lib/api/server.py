@@ -16,7 +16,7 @@ In-process, for tests and notebooks:
 ('2 + 2 = 4.', 'stop')
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /health``, ``GET /metrics`` (Prometheus). Which parameters are implemented, accepted or
+``POST /tokenize`` and ``POST /detokenize`` (vLLM's), ``GET /health``, ``GET /metrics`` (Prometheus). Which parameters are implemented, accepted or
 rejected is in ``openai_protocol``; the engine runs on its own thread (``async_engine``).
 
 How tools and structured output map onto the engine: ``openai_service``.
@@ -33,7 +33,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from course_lib.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from course_lib.api.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, validation_error
+from course_lib.api.openai_protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, OpenAIError,
+                                            TokenizeRequest, validation_error)
 from course_lib.api.openai_service import OpenAIService
 from course_lib.serving.async_engine import AsyncEngine
 from course_lib.serving.engine import Engine
@@ -101,7 +102,20 @@ def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str |
     async def completions(body: CompletionRequest, request: Request):
         return await service.completions(body, request)
 
+    # vLLM's token endpoints, at the root as vLLM serves them (its benchmark client aligns prompt
+    # lengths through /tokenize); behind the same key as /v1.
+    tokens = APIRouter(dependencies=[Depends(_bearer(api_key))])
+
+    @tokens.post("/tokenize")
+    async def tokenize(body: TokenizeRequest):
+        return service.tokenize(body)
+
+    @tokens.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest):
+        return service.detokenize(body)
+
     app.include_router(v1)
+    app.include_router(tokens)
 
     @app.get("/health")
     async def health():

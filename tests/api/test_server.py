@@ -161,6 +161,56 @@ def test_sse_framing_role_first_then_content_finish_usage_and_done(base_url):
     assert all("usage" not in json.loads(p) for p in no_usage[:-1])
 
 
+def test_continuous_usage_stats_count_each_choices_tokens_so_far(base_url, model, tok):
+    """vLLM's extension, as guidellm sends it: every chunk carries its choice's usage so far."""
+    body = {"model": "tinychat", "messages": HI, "temperature": 0, "stream": True, "n": 2, "max_tokens": MAX_TOKENS,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    payloads = sse_payloads(httpx.post(base_url + CHAT, json=body).text)
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    (expected,) = Engine(model, tok).generate([HI], SamplingParams(temperature=0, max_new_tokens=MAX_TOKENS))
+    prompt = len(expected.prompt_ids)
+    seen = {0: 0, 1: 0}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        usage = chunk["usage"]
+        assert usage["prompt_tokens"] == prompt and usage["total_tokens"] == prompt + usage["completion_tokens"]
+        assert usage["completion_tokens"] >= seen[choice["index"]]  # never goes back
+        seen[choice["index"]] = usage["completion_tokens"]
+        if choice["delta"].get("role"):
+            assert usage["completion_tokens"] == 0
+    assert seen == {0: len(expected.token_ids), 1: len(expected.token_ids)}  # greedy: both choices alike
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2 * len(expected.token_ids)
+
+    completion = {"model": "tinychat", "prompt": "<|user|>Hi<|end|><|assistant|>", "temperature": 0, "stream": True,
+                  "max_tokens": 5, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chunks = [json.loads(p) for p in sse_payloads(httpx.post(base_url + "/v1/completions", json=completion).text)[:-1]]
+    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1]]
+    assert counts == sorted(counts) and counts[-1] == chunks[-1]["usage"]["completion_tokens"] <= 5
+
+    alone = {**body, "n": 1, "stream_options": {"continuous_usage_stats": True}}  # as vLLM: needs include_usage
+    assert all("usage" not in json.loads(p) for p in sse_payloads(httpx.post(base_url + CHAT, json=alone).text)[:-1])
+
+
+def test_tokenize_and_detokenize_match_what_the_model_reads(base_url, tok):
+    from course_lib.tokenization.chat_template import encode_chat
+
+    chat = httpx.post(base_url + "/tokenize", json={"model": "tinychat", "messages": HI}).json()
+    assert chat["tokens"] == encode_chat(tok, HI) and chat["count"] == len(chat["tokens"])
+    assert chat["max_model_len"] == 512 and chat["token_strs"] is None
+    open_turn = httpx.post(base_url + "/tokenize", json={"messages": HI, "add_generation_prompt": False}).json()
+    assert open_turn["tokens"] == encode_chat(tok, HI, add_generation_prompt=False)
+    text = httpx.post(base_url + "/tokenize", json={"prompt": "Hello there", "return_token_strs": True}).json()
+    assert text["tokens"] == tok.encode("Hello there") and "".join(text["token_strs"]) == "Hello there"
+    back = httpx.post(base_url + "/detokenize", json={"model": "tinychat", "tokens": text["tokens"]}).json()
+    assert back == {"prompt": "Hello there"}
+    for path, bad, param in (("/tokenize", {"prompt": "a", "messages": HI}, "prompt"), ("/tokenize", {}, "prompt"),
+                             ("/tokenize", {"prompt": "a", "chat_template": "x"}, "chat_template"),
+                             ("/tokenize", {"prompt": "a", "model": "gpt-4"}, "model"),
+                             ("/detokenize", {"tokens": [10**6]}, "tokens")):
+        response = httpx.post(base_url + path, json=bad)
+        assert response.status_code in (400, 404) and response.json()["error"]["param"] == param, (bad, response.text)
+
+
 def test_completions_stream(base_url):
     body = {"model": "tinychat", "prompt": "<|user|>What is 3 + 5?<|end|><|assistant|>", "temperature": 0,
             "max_tokens": 20, "stream": True, "logprobs": 1}
@@ -305,6 +355,9 @@ def test_api_key_is_required_when_set(small_url):
         response = httpx.get(url, headers=headers)
         assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
     assert httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert httpx.post(small_url + "/tokenize", json={"prompt": "Hi"}).status_code == 401  # vLLM's routes too
+    assert httpx.post(small_url + "/tokenize", json={"prompt": "Hi"},
+                      headers={"Authorization": f"Bearer {KEY}"}).json()["count"] > 0
     assert httpx.get(small_url + "/health").status_code == 200  # health and metrics stay open
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=small_url + "/v1", api_key="wrong", max_retries=0).models.list()
