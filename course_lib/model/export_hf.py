@@ -3,7 +3,9 @@
     $ course export-hf /tmp/tinychat-hf
     $ vllm serve /tmp/tinychat-hf --served-model-name tinychat     # or transformers' from_pretrained
 
-The network is LlamaForCausalLM already, so the weights only change names (``hf.py``). The
+The network is LlamaForCausalLM already, so the weights only change names (``hf.py``), except
+that heads narrower than 32 are widened to 32 with zero dimensions (``head_padding``, exact):
+vLLM's CPU attention takes no head size below 32, and tinychat's heads are 16 wide. The
 tokenizer is the course byte-level BPE written in the ``tokenizers`` JSON format: the same split
 regex, then each byte spelled as one character of GPT-2's byte alphabet, so every token keeps
 its id and every merge its rank:
@@ -28,13 +30,25 @@ import sys
 from pathlib import Path
 
 from course_lib.model.config import CONFIGS
+from course_lib.model.head_padding import pad_heads
 from course_lib.model.hf import hf_llama_config, hf_llama_state_dict
 from course_lib.model.weights import WeightsNotFoundError, data_dir, load_model, load_tokenizer
 from course_lib.tokenization.chat_template import END, END_OF_TEXT, ROLES, TOOL_CALL, end_token_ids, role_marker
 
-__all__ = ["BYTE_TO_CHAR", "byte_level_text", "chat_template", "export_hf", "hf_tokenizer_json", "main"]
+__all__ = ["BYTE_TO_CHAR", "byte_level_text", "chat_template", "export_hf", "hf_tokenizer_json", "main",
+           "served_head_dim"]
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+SMALLEST_SERVED_HEAD = 32  # vLLM's CPU attention: head sizes 32, 64, 80, 96, ...
+
+
+def served_head_dim(head_dim: int) -> int:
+    """The head width the export writes: ``head_dim``, or its smallest multiple that vLLM serves.
+
+    >>> served_head_dim(16), served_head_dim(64)
+    (32, 64)
+    """
+    return head_dim * max(1, -(-SMALLEST_SERVED_HEAD // head_dim))
 
 
 def _gpt2_byte_alphabet() -> tuple[str, ...]:
@@ -157,11 +171,12 @@ def _check_exportable(model, tokenizer) -> tuple[int, ...]:
     return ends
 
 
-def export_hf(model, tokenizer, directory: str | Path, *, force: bool = False) -> Path:
+def export_hf(model, tokenizer, directory: str | Path, *, force: bool = False, head_dim: int | None = None) -> Path:
     """Write the five files of a Hugging Face Llama directory; return the directory.
 
     An existing non-empty directory is refused unless ``force`` (then the five files are
-    overwritten and anything else there is left alone).
+    overwritten and anything else there is left alone). ``head_dim``: the head width to write,
+    a multiple of the model's (default ``served_head_dim``); the logits stay the same.
     """
     from safetensors.torch import save
 
@@ -172,6 +187,7 @@ def export_hf(model, tokenizer, directory: str | Path, *, force: bool = False) -
         raise FileExistsError(f"{directory} is not empty; choose a new directory or pass --force to overwrite "
                               f"{', '.join(FILES)} there")
     ends = _check_exportable(model, tokenizer)
+    model = pad_heads(model, served_head_dim(model.config.head_dim) if head_dim is None else head_dim)
     tokenizer_json = hf_tokenizer_json(tokenizer)
     pad = tokenizer.special_tokens.get(END_OF_TEXT, ends[0])
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -202,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path, help="where to write the Hugging Face files (new or empty)")
     parser.add_argument("--model", default="tinychat", help="a shipped course model (default: tinychat)")
     parser.add_argument("--force", action="store_true", help="overwrite the files in a non-empty directory")
+    parser.add_argument("--head-dim", type=int, default=None,
+                        help=f"attention head width to write, a multiple of the model's (default: the model's, "
+                             f"widened to {SMALLEST_SERVED_HEAD} if smaller, which vLLM needs; the logits do not change)")
     args = parser.parse_args(argv)
     shipped = [name for name in CONFIGS if (data_dir(name) / "model.safetensors").is_file()]
     if args.model not in shipped:
@@ -210,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = load_model(args.model, device="cpu")
         tokenizer = load_tokenizer(args.model)
-        directory = export_hf(model, tokenizer, args.directory, force=args.force)
+        directory = export_hf(model, tokenizer, args.directory, force=args.force, head_dim=args.head_dim)
     except (WeightsNotFoundError, FileExistsError, ValueError) as exc:
         print(f"course export-hf: {exc}", file=sys.stderr)
         return 2

@@ -66,6 +66,21 @@ def test_directory_has_the_files_vllm_reads(exported, course):
     assert type(hf_model).__name__ == "LlamaForCausalLM" and hf_model.config.num_key_value_heads == 2
     assert hf_model.generation_config.eos_token_id == ends
     assert hf_tokenizer.eos_token == "<|end|>" and hf_tokenizer.bos_token is None
+    # vLLM's CPU attention serves no head narrower than 32: tinychat's 16-wide heads are widened
+    assert course[0].config.head_dim == 16 and config["head_dim"] == hf_model.config.head_dim == 32
+    assert "partial_rotary_factor" not in config  # full rotary: the widened head needs no special support
+
+
+def test_the_unpadded_export_also_matches(course, tmp_path):
+    model, tokenizer = course
+    directory = export_hf(model, tokenizer, tmp_path / "narrow", head_dim=16)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).eval()
+    ids = torch.tensor([encode_chat(tokenizer, [{"role": "user", "content": "Name the capital of Peru."}])])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-4, rtol=1e-4)
+    assert hf.config.head_dim == 16
+    with pytest.raises(ValueError, match="multiple of head_dim=16"):
+        export_hf(model, tokenizer, tmp_path / "bad", head_dim=24)
 
 
 def test_logits_match_the_course_model(exported, course):
