@@ -173,11 +173,14 @@ def learning_rate(step: int, settings: TrainSettings) -> float:
     return floor + (settings.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, *, fused: bool = False) -> torch.Tensor:
     """Mean cross-entropy over positions whose target is not IGNORE_INDEX.
 
     Logits are computed only at those positions: the same loss as taking cross_entropy of
     model(inputs) with ignore_index, without projecting the ~80% of positions that are ignored.
+    ``fused=True`` runs attention in torch's fused kernel (the same values up to float rounding;
+    ``benchmarks/bench_train.py`` times the two). The shipped recipe keeps the course's own
+    attention, so that `make train` reproduces the recorded run.
 
     >>> from course_lib.model import get_config
     >>> model = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0))
@@ -188,7 +191,7 @@ def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor)
     True
     """
     learned = targets != IGNORE_INDEX  # (B, T)
-    states = model.hidden_states(inputs)[learned]  # (N, d_model): the N learned positions
+    states = model.hidden_states(inputs, fused=fused)[learned]  # (N, d_model): the N learned positions
     return F.cross_entropy(model.lm_head(states), targets[learned])  # (N, V), (N,)
 
 

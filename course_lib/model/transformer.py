@@ -67,9 +67,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = GatedMLP(config.d_model, config.d_ff)
 
-    def forward(self, x, *, rotary, cache=None, layer_idx=0, return_weights=False):
+    def forward(self, x, *, rotary, cache=None, layer_idx=0, return_weights=False, fused=False):
         attn = self.self_attn(self.input_layernorm(x), rotary=rotary, cache=cache, layer_idx=layer_idx,
-                              is_causal=True, return_weights=return_weights)
+                              is_causal=True, return_weights=return_weights, fused=fused)
         attn, weights = attn if return_weights else (attn, None)
         x = x + attn  # (B, T, d_model)
         x = x + self.mlp(self.post_attention_layernorm(x))  # (B, T, d_model)
@@ -139,17 +139,18 @@ class Transformer(nn.Module):
         """
         return self.lm_head(self.hidden_states(idx, cache))  # (B, T, vocab_size)
 
-    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None, *, fused: bool = False) -> torch.Tensor:
         """Token IDs (B, T) -> the final normed states (B, T, d_model) that lm_head reads.
 
         forward is lm_head of these. Training calls it directly so that it can take logits only
         at the positions it learns (about a fifth of them) and skip the vocabulary projection
-        and its softmax everywhere else.
+        and its softmax everywhere else, and with ``fused=True`` (no cache) so that attention runs
+        in torch's fused kernel (``MultiHeadAttention.forward``).
         """
         start = self._check_inputs(idx, cache)
         x, rotary = self.embed_tokens(idx), self.rotary.slice(start, idx.shape[1])  # (B, T, d), (T, D) x2
         for layer_idx, layer in enumerate(self.layers):
-            x = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx)  # (B, T, d_model)
+            x = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx, fused=fused)  # (B, T, d_model)
         if cache is not None:
             cache.advance(idx.shape[1])
         return self.norm(x)  # (B, T, d_model)

@@ -142,3 +142,31 @@ def test_cuda_forward_matches_cpu(make_model, dtype):
         out = torch.cat([gpu(ids[:, :7].cuda(), cache=cache), gpu(ids[:, 7:].cuda(), cache=cache)], dim=1)
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     torch.testing.assert_close(out.float().cpu(), ref, atol=tol, rtol=tol)
+
+
+def test_fused_training_attention_gives_the_course_values_and_gradients(make_model):
+    """Training runs attention in torch's fused kernel; it must be the same function as the course's."""
+    from course_lib.data.batching import IGNORE_INDEX
+    from course_lib.train import masked_loss
+
+    model = make_model("test-gqa")
+    x = torch.randint(0, model.config.vocab_size, (3, 17), generator=torch.Generator().manual_seed(4))
+    y = torch.full_like(x, IGNORE_INDEX)
+    y[:, 9:] = x[:, 9:]
+    grads = []
+    for fused in (False, True):
+        model.zero_grad(set_to_none=True)
+        loss = masked_loss(model, x, y, fused=fused)
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (course_loss, course_grads), (fused_loss, fused_grads) = grads
+    torch.testing.assert_close(fused_loss, course_loss, atol=1e-5, rtol=1e-5)
+    for a, b in zip(fused_grads, course_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(model.hidden_states(x, fused=True), model.hidden_states(x), atol=1e-5, rtol=1e-4)
+
+
+def test_fused_attention_refuses_a_cache(make_model):
+    model = make_model("test-gqa")
+    with pytest.raises(ValueError, match="fused attention"):
+        model.hidden_states(torch.zeros(1, 4, dtype=torch.long), model.new_cache(1), fused=True)
