@@ -183,9 +183,7 @@ class OpenAIService:
             prompt_ids = encode_prompt(self.tokenizer, body.prompt)
         except (TypeError, ValueError) as error:
             raise OpenAIError(400, str(error), param="prompt") from None
-        vocab = self.engine.model.config.vocab_size
-        if any(t >= vocab for t in prompt_ids):
-            raise OpenAIError(400, f"prompt token ids must be below the vocabulary size {vocab}", param="prompt")
+        self._check_ids(prompt_ids, "prompt")
         params = self._params(body, len(prompt_ids), None, "prompt", default_max_tokens=16)  # OpenAI's default
         stream = await self._submit(prompt_ids, params, body, None, body.logprobs)
         choices = [_Choice(end_ids=self._end_ids(body, None)) for _ in range(body.n or 1)]
@@ -244,13 +242,15 @@ class OpenAIService:
     def detokenize(self, body: DetokenizeRequest) -> dict:
         if body.model is not None:
             self.check_model(body.model)
-        vocab = self.engine.model.config.vocab_size
-        bad = [t for t in body.tokens if t >= vocab]
-        if bad:
-            raise OpenAIError(400, f"token ids must be below the vocabulary size {vocab}; got {bad[0]}", param="tokens")
+        self._check_ids(body.tokens, "tokens")
         return {"prompt": self.tokenizer.decode(body.tokens)}
 
     # --- shared -----------------------------------------------------------------------------------
+
+    def _check_ids(self, ids: list[int], param: str) -> None:
+        vocab = self.engine.model.config.vocab_size
+        if any(t >= vocab for t in ids):
+            raise OpenAIError(400, f"{param} token ids must be below the vocabulary size {vocab}", param=param)
 
     def check_model(self, name: str) -> None:
         if name != self.model_name:

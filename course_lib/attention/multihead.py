@@ -63,8 +63,9 @@ class MultiHeadAttention(nn.Module):
         """x (B, T, d_model) -> (B, T, d_model); with return_weights also the (B, H, T, Tk) weights.
 
         ``fused=True`` (training: no cache, causal, no mask) hands the same softmax(q kᵀ/√D) v to
-        torch's fused kernel, which shares key/value heads without copying them and takes less
-        time forward and backward; the attention tests hold the course's function equal to it."""
+        torch's fused kernel, which shares key/value heads without copying them; the attention
+        tests hold the course's function equal to it, and ``benchmarks/bench_train.py`` times
+        the two (neither is faster in every setting)."""
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"expected x of shape (B, T, {self.d_model}), got {tuple(x.shape)}")
         q, k, v = self.project_qkv(x, rotary)
