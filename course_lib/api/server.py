@@ -39,12 +39,16 @@ from course_lib.api.openai_service import OpenAIService
 from course_lib.serving.async_engine import AsyncEngine
 from course_lib.serving.engine import Engine
 
-__all__ = ["create_app", "main"]
+__all__ = ["DEFAULT_MAX_NUM_SEQS", "create_app", "main"]
+
+# Requests decoded together; later ones wait. vLLM's CPU default: at 64 concurrent chats a limit
+# of 32 kept half of them queued, and their first token waited for a whole reply (bench_step).
+DEFAULT_MAX_NUM_SEQS = 128
 
 # --- the app -------------------------------------------------------------------------------------
 
 def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str | None = None,
-               max_num_seqs: int = 32, max_waiting: int = 128, speculative=None) -> FastAPI:
+               max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_waiting: int = 128, speculative=None) -> FastAPI:
     """The server as an ASGI app over a new Engine on ``model`` (the engine's thread starts and
     stops with the app's lifespan). ``api_key``: every /v1 request must send
     ``Authorization: Bearer <api_key>``. ``max_waiting``: requests beyond the ``max_num_seqs``
@@ -153,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; "
                         "0.0.0.0 exposes the server to your network)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    parser.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded together (default: 32)")
+    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
+                        help=f"requests decoded together (default: {DEFAULT_MAX_NUM_SEQS})")
     parser.add_argument("--max-waiting", type=int, default=128,
                         help="requests that may wait for a running slot; more get HTTP 429 (default: 128)")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests")

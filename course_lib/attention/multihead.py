@@ -26,9 +26,14 @@ class MultiHeadAttention(nn.Module):
     >>> tuple(attn(torch.randn(3, 5, 16)).shape)        # (B, T, d_model) in and out
     (3, 5, 16)
 
-    The cache, if given, is any object with `update(layer_idx, k, v) -> (keys, values)` that
-    stores the new keys/values (B, n_kv_heads, T, head_dim) after the ones it already holds and
-    returns everything stored so far, e.g. course_lib.model.KVCache.
+    The cache, if given, is one of two kinds:
+    - an object with `update(layer_idx, k, v) -> (keys, values)` that stores the new
+      keys/values (B, n_kv_heads, T, head_dim) after the ones it already holds and returns
+      everything stored so far, e.g. course_lib.model.KVCache; attention then runs here;
+    - an object with `attend(layer_idx, q, k, v) -> out (B, n_heads, T, head_dim)` that stores
+      k, v and runs the attention itself, because only it knows where each token's keys live:
+      the serving engine's paged pool (course_lib.serving.model_runner.PagedCache), whose
+      one row of T tokens holds many sequences.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *,
@@ -74,6 +79,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("fused attention is for uncached causal passes without a mask or weights")
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (B, H, T, D)
             return self.o_proj(merge_heads(out))
+        if cache is not None and hasattr(cache, "attend"):
+            if return_weights or mask is not None or not is_causal:
+                raise ValueError("a cache that runs its own attention (attend) is causal, without a mask or weights")
+            return self.o_proj(merge_heads(cache.attend(layer_idx, q, k, v)))  # (B, T, d_model)
         if cache is not None:
             k, v = cache.update(layer_idx, k, v)  # (B, Hkv, Tk, D): the cached prefix plus these T
         n_rep = self.n_heads // self.n_kv_heads

@@ -148,22 +148,33 @@ class Transformer(nn.Module):
         in torch's fused kernel (``MultiHeadAttention.forward``).
         """
         start = self._check_inputs(idx, cache)
-        x, rotary = self.embed_tokens(idx), self.rotary.slice(start, idx.shape[1])  # (B, T, d), (T, D) x2
-        for layer_idx, layer in enumerate(self.layers):
-            x = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx, fused=fused)  # (B, T, d_model)
+        rotary = self.rotary.slice(start, idx.shape[1])  # (T, D) x2: the new tokens' positions
+        x = self.run_layers(self.embed_tokens(idx), rotary, cache, fused=fused)  # (B, T, d_model)
         if cache is not None:
             cache.advance(idx.shape[1])
         return self.norm(x)  # (B, T, d_model)
+
+    def run_layers(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], cache=None, *,
+                   fused: bool = False, weights: list | None = None) -> torch.Tensor:
+        """The one loop over the blocks: embeddings x (B, T, d_model) of tokens at the positions
+        whose rotary tables (T, D) x2 are given -> the residual stream (B, T, d_model), before the
+        final norm. No input checks: hidden_states makes them, and the serving engine's model
+        runner, which calls this with its paged cache, has checked its tokens when they arrived.
+        ``weights``: a list that receives each layer's attention weights (B, H, T, Tk)."""
+        for layer_idx, layer in enumerate(self.layers):
+            if weights is None:
+                x = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx, fused=fused)  # (B, T, d_model)
+            else:
+                x, layer_weights = layer(x, rotary=rotary, cache=cache, layer_idx=layer_idx, return_weights=True)
+                weights.append(layer_weights.float())  # (B, H, T, Tk)
+        return x
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Attention weights of every layer for one uncached pass: a list of (B, n_heads, T, T)."""
         self._check_inputs(idx, None)
-        x, rotary = self.embed_tokens(idx), self.rotary.slice(0, idx.shape[1])
-        maps = []
-        for layer in self.layers:
-            x, weights = layer(x, rotary=rotary, return_weights=True)
-            maps.append(weights.float())  # (B, H, T, T)
+        maps: list[torch.Tensor] = []
+        self.run_layers(self.embed_tokens(idx), self.rotary.slice(0, idx.shape[1]), weights=maps)
         return maps
 
     def _check_inputs(self, idx, cache: KVCache | None) -> int:

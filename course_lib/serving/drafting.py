@@ -26,7 +26,7 @@ from course_lib.serving.model_runner import Chunk, ModelRunner
 from course_lib.serving.speculative import ngram_propose
 from course_lib.validation import positive_int
 
-__all__ = ["Draft", "DraftModelProposer", "NgramProposer", "make_proposer"]
+__all__ = ["Draft", "DraftModelProposer", "NgramProposer", "Speculation", "make_proposer"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,47 @@ def _draw(logits: torch.Tensor, x: DraftInput) -> tuple[int, torch.Tensor | None
                                  repetition_penalty=1.0)
     probs = next_token_probs(logits, params)  # (1, V)
     return int(sample_from_probs(probs.double(), x.generator)[0]), probs
+
+
+class Speculation:
+    """The engine's one hook into speculative decoding, around each step:
+
+    - ``drafts(running)`` before the pass: the proposer's guesses for every running
+      request whose next pass is a decode (grammar-guided requests decode plainly);
+    - ``settle(preempted, finished, proposed)`` after it: preempted and finished requests free
+      their draft state, and the others that were proposed for let the proposer forget what
+      the target did not keep (rejected guesses, or all of them when the pass had no room);
+    - ``release(request_id)`` when the engine ends a request itself (a stop string, an abort).
+
+    Without a proposer (``speculative=None``) each call does nothing, so the engine's step reads
+    the same with speculation on or off.
+    """
+
+    def __init__(self, proposer=None):
+        self.proposer = proposer
+
+    @property
+    def enabled(self) -> bool:
+        return self.proposer is not None
+
+    def drafts(self, running) -> dict[Hashable, Draft]:
+        if self.proposer is None:
+            return {}
+        return self.proposer.propose([DraftInput(req.request_id, req.token_ids, req.params, req.generator)
+                                      for req in running if not req.is_prefill and req.guide is None])
+
+    def settle(self, preempted, finished, proposed) -> None:
+        if self.proposer is None:
+            return
+        for seq in (*preempted, *finished):
+            self.proposer.release(seq.request_id)
+        for seq in proposed:
+            if not seq.is_finished:
+                self.proposer.verified(seq.request_id, seq.num_tokens - 1)  # all but the newest token
+
+    def release(self, request_id: Hashable) -> None:
+        if self.proposer is not None:
+            self.proposer.release(request_id)
 
 
 def make_proposer(speculative: Mapping | None, *, vocab_size: int, num_blocks: int, block_size: int,

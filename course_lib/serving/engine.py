@@ -15,7 +15,9 @@ their guesses, prefill chunks, admissions; see ``scheduler.py``) -> the model ru
 them over the paged KV pool -> each sampling request draws its token with its own params and
 generator, or keeps the guesses the target agrees with (``speculative.py``) -> the scheduler
 records the tokens (end tokens and max_tokens finish requests) -> stop strings are matched in
-the decoded text -> one ``RequestOutput`` per request that gained tokens.
+the decoded text -> one ``RequestOutput`` per request that gained tokens. Speculation enters
+the step through one hook (``drafting.Speculation``): guesses before the pass, what to forget
+after it; with ``speculative=None`` its calls do nothing.
 
 The end of a reply is decided in one place: the tokenizer's end tokens
 (``end_token_ids``), the request's ``stop_token_ids`` and ``max_tokens`` in the scheduler, stop
@@ -37,11 +39,10 @@ from course_lib.kv_memory.paging import blocks_needed
 from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.block_manager import BlockManager, BlockManagerStats
-from course_lib.serving.drafting import DraftInput, make_proposer
+from course_lib.serving.drafting import Speculation, make_proposer
 from course_lib.serving.model_runner import Chunk, ModelRunner
 from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows, token_logprobs
 from course_lib.serving.scheduler import Scheduler
-from course_lib.serving.sequence import Sequence as SchedSequence
 from course_lib.serving.verify import SpeculativeStats, verify
 from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.validation import positive_int
@@ -60,12 +61,13 @@ def _check_model(model) -> None:
 
 class Engine:
     """Continuous batching over one model: ``add_request`` / ``step`` / ``abort``, and the
-    conveniences ``generate`` (run prompts to completion) and ``stream`` (one request's outputs)."""
+    conveniences ``generate`` (run prompts to completion) and ``stream`` (one request's outputs).
+    ``batch_invariant`` and ``fused_attention`` are the model runner's (``ModelRunner``)."""
 
     def __init__(self, model, tokenizer=None, *, block_size: int = DEFAULT_BLOCK_SIZE,
                  num_blocks: int | None = None,
                  max_num_seqs: int = 32, max_batched_tokens: int = 2048, prefix_caching: bool = True,
-                 speculative=None, batch_invariant: bool = False, device=None):
+                 speculative=None, batch_invariant: bool = False, fused_attention: bool = True, device=None):
         _check_model(model)
         if device is not None and torch.device(device) != model.device:
             raise ValueError(f"the model is on {model.device} but device={device!r}; move the model "
@@ -80,9 +82,10 @@ class Engine:
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs,
                                    max_batched_tokens=max_batched_tokens)
         self.runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size,
-                                  batch_invariant=batch_invariant)
-        self.proposer = make_proposer(speculative, vocab_size=model.config.vocab_size,
-                                      num_blocks=num_blocks, block_size=block_size, device=model.device)
+                                  batch_invariant=batch_invariant, fused_attention=fused_attention)
+        self.speculation = Speculation(make_proposer(speculative, vocab_size=model.config.vocab_size,
+                                                     num_blocks=num_blocks, block_size=block_size,
+                                                     device=model.device))
         self.speculative_stats = SpeculativeStats()
         self.eos_ids = frozenset() if tokenizer is None else frozenset(end_token_ids(tokenizer))
         self._requests: dict[Hashable, Request] = {}
@@ -161,11 +164,12 @@ class Engine:
         elif request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in flight; give each request a unique id")
         max_tokens = min(params.max_new_tokens, self.window - len(prompt_ids))
-        request = Request(request_id, prompt_ids, params, vocab_size=vocab, device=self.model.device,
-                          guide=guide, generator=generator, logprobs=logprobs)
         stops = ends | set(params.stop_token_ids) if guide is None else {guide.eos_id}
+        request = Request(request_id, prompt_ids, params, vocab_size=vocab, device=self.model.device,
+                          guide=guide, generator=generator, logprobs=logprobs, max_tokens=max_tokens,
+                          stop_token_ids=stops)
         # add() checks the request fits the pool; nothing is recorded before it succeeds.
-        self.scheduler.add(SchedSequence(request_id, prompt_ids, max_tokens, stop_token_ids=stops))
+        self.scheduler.add(request)
         self._requests[request_id] = request
         return request_id
 
@@ -178,8 +182,7 @@ class Engine:
                              "finished")
         self.scheduler.abort(request_id)
         del self._requests[request_id]
-        if self.proposer is not None:
-            self.proposer.release(request_id)
+        self.speculation.release(request_id)
         return RequestOutput(request_id, (), req.finish_text("abort"), True, "abort")
 
     def has_unfinished(self) -> bool:
@@ -193,17 +196,16 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         """Run one forward pass; return an output for every request that gained tokens."""
-        drafts = self._propose()
+        drafts = self.speculation.drafts(self.scheduler.running)
         out = self.scheduler.schedule({rid: d.tokens for rid, d in drafts.items()})
         while out.is_empty and self.scheduler.has_unfinished():
             # A lone request preempted itself; the next schedule readmits it (see scheduler.py).
             self.num_preemptions += len(out.preempted)
+            self.speculation.settle(out.preempted, (), ())
             out = self.scheduler.schedule()
         self.num_preemptions += len(out.preempted)
-        if self.proposer is not None:
-            for seq in out.preempted:
-                self.proposer.release(seq.request_id)
         if out.is_empty:
+            self.speculation.settle(out.preempted, (), ())
             return []
         bm = self.block_manager
         chunks = [Chunk(e.token_ids, e.start, bm.block_table(e.seq.request_id), e.samples,
@@ -214,24 +216,8 @@ class Engine:
         sampled = self._sample(samplers, logits, drafts)
         sizes = {e.seq.request_id: len(e.seq.output_token_ids) for e in samplers}
         finished = self.scheduler.update(out, sampled)  # each sequence carries its own end tokens
-        if self.proposer is not None:
-            for seq in finished:
-                self.proposer.release(seq.request_id)
-            for e in samplers:
-                if e.seq.request_id in drafts and not e.seq.is_finished:
-                    self.proposer.verified(e.seq.request_id, e.seq.num_tokens - 1)  # all but the newest
+        self.speculation.settle(out.preempted, finished, [e.seq for e in samplers if e.seq.request_id in drafts])
         return [self._emit(e.seq, e.seq.output_token_ids[sizes[e.seq.request_id]:]) for e in samplers]
-
-    def _propose(self) -> dict:
-        """The proposer's guesses for every running request whose next pass is a decode."""
-        if self.proposer is None:
-            return {}
-        inputs = []
-        for seq in self.scheduler.running:
-            req = self._requests[seq.request_id]
-            if not seq.is_prefill and req.guide is None:  # grammar-guided requests decode plainly
-                inputs.append(DraftInput(seq.request_id, seq.token_ids, req.params, req.generator))
-        return self.proposer.propose(inputs)
 
     def _sample(self, samplers, logits: torch.Tensor, drafts: dict) -> dict:
         """{request id: token} for plain rows (one batched sampling call), {request id: [tokens]}
@@ -239,32 +225,30 @@ class Engine:
         plain_rows, plain, sampled = [], [], {}
         row = 0
         for e in samplers:
-            rid = e.seq.request_id
+            req: Request = e.seq
             n = 1 + len(e.draft_token_ids)
-            if self._requests[rid].logprobs is not None:
-                self._requests[rid].step_logits = logits[row:row + n]
+            if req.logprobs is not None:
+                req.step_logits = logits[row:row + n]
             if e.draft_token_ids:
-                tokens = verify(self._requests[rid], logits[row:row + n], e.draft_token_ids, drafts[rid])
+                tokens = verify(req, logits[row:row + n], e.draft_token_ids, drafts[req.request_id])
                 self.speculative_stats.record(len(e.draft_token_ids), len(tokens) - 1)
-                sampled[rid] = tokens
+                sampled[req.request_id] = tokens
             else:
                 plain_rows.append(row)
-                plain.append(e)
+                plain.append(req)
             row += n
         if plain:
             rows = logits if len(plain_rows) == logits.shape[0] else logits[plain_rows]
-            tokens = sample_rows(rows, [self._requests[e.seq.request_id] for e in plain])
-            sampled.update((e.seq.request_id, t) for e, t in zip(plain, tokens))
+            sampled.update((req.request_id, t) for req, t in zip(plain, sample_rows(rows, plain)))
         return sampled
 
-    def _emit(self, seq: SchedSequence, tokens: list[int]) -> RequestOutput:
+    def _emit(self, req: Request, tokens: list[int]) -> RequestOutput:
         """Record the tokens the scheduler kept: text, stop strings, then the finish reason."""
-        rid = seq.request_id
-        req = self._requests[rid]
+        rid = req.request_id
         text, kept = "", []
         for token in tokens:
             kept.append(token)
-            text += req.add_token(token, self._bytes, is_end=token in seq.stop_token_ids)
+            text += req.add_token(token, self._bytes, is_end=token in req.stop_token_ids)
             if req.stopped:
                 break  # a stop string: whatever followed it is dropped
         logprobs = None
@@ -272,12 +256,11 @@ class Engine:
             logprobs = token_logprobs(req.step_logits, kept, req.logprobs)
             req.step_logits = None
         reason = None
-        if req.stopped and not seq.is_finished:
+        if req.stopped and not req.is_finished:
             self.scheduler.finish(rid, "stop")
-            if self.proposer is not None:
-                self.proposer.release(rid)
-        if seq.is_finished:
-            reason = "stop" if req.stopped else seq.finish_reason
+            self.speculation.release(rid)
+        if req.is_finished:
+            reason = "stop" if req.stopped else req.finish_reason
             text += req.finish_text(reason)
             reason = "stop" if req.stopped else reason  # the cut's last bytes may complete a stop string
             del self._requests[rid]

@@ -15,22 +15,27 @@ tensor([[[20.]]])
 >>> paged_prefill_attention(torch.ones(1, 1, 3, 1), pool.keys[0], pool.values[0], tables, lens).flatten()
 tensor([10., 15., 20.])
 
-These are readable references (gather, mask, softmax, weighted sum), not fast kernels: they
-copy every sequence's keys out to the longest block table. Arguments are checked by shape
-only; nothing here reads a tensor's values back to the host, so a decode step never waits on
-the device.
+By default these are readable references (gather, mask, softmax, weighted sum through the
+course's own ``scaled_dot_product_attention``). The engine passes ``fused=True``: the same
+gather and mask, then torch's fused kernel, which shares key/value heads without copying them
+and never materialises the masked scores (``benchmarks/bench_step.py`` shows the difference;
+tests hold the two equal). Both copy every sequence's keys out to the longest block table.
+A pass with many layers builds the keep-mask once (``keep_mask``) and hands it to each
+layer's call. Arguments are checked by shape only; nothing here reads a tensor's values back
+to the host, so a decode step never waits on the device.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 import torch
+from torch.nn import functional as F
 
 from course_lib.attention.core import repeat_kv, scaled_dot_product_attention
 from course_lib.kv_memory.paging import PagingComparison, compare_paging
 from course_lib.validation import positive_int
 
-__all__ = ["KVPool", "pad_block_tables", "paged_attention", "paged_prefill_attention"]
+__all__ = ["KVPool", "keep_mask", "pad_block_tables", "paged_attention", "paged_prefill_attention"]
 
 
 class KVPool:
@@ -109,24 +114,27 @@ def pad_block_tables(tables: Sequence[Sequence[int]], *, device=None) -> torch.T
 
 
 def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
-                    context_lens: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
+                    context_lens: torch.Tensor, *, scale: float | None = None, keep: torch.Tensor | None = None,
+                    fused: bool = False) -> torch.Tensor:
     """Decode attention: one query per sequence, attending to its first context_lens[b] tokens.
 
     q (B, H, D); k_pool, v_pool (num_blocks, block_size, Hkv, D) with H a multiple of Hkv (query
     head h reads key/value head h // (H // Hkv)); block_tables (B, max_blocks), -1 padded;
     context_lens (B,) counts the cached tokens plus the new one, whose KV must already be
-    written. Returns (B, H, D).
+    written. Returns (B, H, D). ``keep`` and ``fused`` as in ``paged_prefill_attention``.
     """
     if q.dim() != 3:
         raise ValueError(f"paged_attention takes one query per sequence, q (B, H, D); got {tuple(q.shape)}. "
                          "Use paged_prefill_attention for several")
-    out = paged_prefill_attention(q.unsqueeze(2), k_pool, v_pool, block_tables, context_lens, scale=scale)
+    out = paged_prefill_attention(q.unsqueeze(2), k_pool, v_pool, block_tables, context_lens, scale=scale,
+                                  keep=keep, fused=fused)
     return out.squeeze(2)  # (B, H, D)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                             block_tables: torch.Tensor, context_lens: torch.Tensor,
-                            query_lens: torch.Tensor | None = None, *, scale: float | None = None) -> torch.Tensor:
+                            query_lens: torch.Tensor | None = None, *, scale: float | None = None,
+                            keep: torch.Tensor | None = None, fused: bool = False) -> torch.Tensor:
     """Causal attention for a chunk of new tokens per sequence over its paged context (chunked prefill).
 
     q (B, H, T, D): row t of sequence b is its token at position
@@ -135,13 +143,21 @@ def paged_prefill_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch
     convention ``causal_mask`` uses. Each sees the keys at positions up to its own. query_lens
     (B,) defaults to T for every sequence; rows t >= query_lens[b] are padding and return zeros.
     A block-table entry of -1 is never read. Returns (B, H, T, D).
+
+    ``keep``: the (B, 1, T, S) mask ``keep_mask`` returns for these arguments, when the caller
+    has built it already (once per pass instead of once per layer). ``fused``: torch's kernel
+    instead of the course's function, the same values up to float rounding.
     """
     _check_shapes(q, k_pool, v_pool, block_tables, context_lens, query_lens)
     batch, n_heads, n_queries, _ = q.shape
+    if keep is None:
+        keep = keep_mask(block_tables, context_lens, query_lens, n_queries, k_pool.shape[1])  # (B, 1, T, S)
+    keys, values = _gather(k_pool, block_tables), _gather(v_pool, block_tables)  # (B, Hkv, S, D) each
+    if fused:
+        return F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=keep, scale=scale,
+                                              enable_gqa=True)  # (B, H, T, D)
     n_rep = n_heads // k_pool.shape[2]
-    keys = repeat_kv(_gather(k_pool, block_tables), n_rep)  # (B, H, S, D)
-    values = repeat_kv(_gather(v_pool, block_tables), n_rep)  # (B, H, S, D)
-    keep = _keep_mask(block_tables, context_lens, query_lens, n_queries, k_pool.shape[1])  # (B, 1, T, S)
+    keys, values = repeat_kv(keys, n_rep), repeat_kv(values, n_rep)  # (B, H, S, D)
     return scaled_dot_product_attention(q, keys, values, mask=keep, scale=scale)  # (B, H, T, D)
 
 
@@ -152,8 +168,16 @@ def _gather(pool: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
     return blocks.reshape(batch, n_blocks * block_size, n_kv_heads, head_dim).transpose(1, 2)  # (B, Hkv, S, D)
 
 
-def _keep_mask(block_tables, context_lens, query_lens, n_queries: int, block_size: int) -> torch.Tensor:
-    """(B, 1, T, S) keep-mask: a real query row sees real keys at or before its position."""
+def keep_mask(block_tables: torch.Tensor, context_lens: torch.Tensor, query_lens: torch.Tensor | None,
+              n_queries: int, block_size: int) -> torch.Tensor:
+    """(B, 1, T, S) keep-mask: a real query row sees real keys at or before its position.
+
+    Arguments as in ``paged_prefill_attention`` (T = n_queries, S = max_blocks * block_size);
+    padding rows (t >= query_lens[b]) see nothing.
+
+    >>> keep_mask(torch.tensor([[0]]), torch.tensor([3]), torch.tensor([2]), 2, 4)[0, 0].int().tolist()
+    [[1, 1, 0, 0], [1, 1, 1, 0]]
+    """
     device = block_tables.device
     context_lens = context_lens.to(device)  # (B,)
     if query_lens is None:

@@ -1,5 +1,7 @@
-"""What the engine keeps per request beyond the scheduler's ``Sequence``: its sampling stream
-and the text it has shown so far.
+"""One request, one object: the scheduler's ``Sequence`` (its tokens, how many have KV, where it
+stands) extended with what sampling and streaming need (its params and random stream, penalty
+counts, grammar state, and the text it has shown so far). The scheduler schedules it, the
+engine samples for it and the model runner reads its block table from the block manager.
 
 >>> from course_lib.sampling import SamplingParams
 >>> req = Request("r", [1, 2], SamplingParams(temperature=0, stop=("!",)), vocab_size=8)
@@ -17,7 +19,7 @@ could still grow into a stop string. So the deltas concatenate to exactly the fi
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +29,7 @@ from course_lib.sampling.result import Completion
 from course_lib.sampling.processors import token_counts
 from course_lib.sampling.batch import sample_batch
 from course_lib.sampling.stops import StopSequenceMatcher
-from course_lib.serving.sequence import FinishReason
+from course_lib.serving.sequence import FinishReason, Sequence
 
 __all__ = ["Completion", "Request", "RequestOutput", "TokenLogprob", "sample_rows"]
 
@@ -68,28 +70,35 @@ class RequestOutput:
     logprobs: tuple[TokenLogprob, ...] | None = None  # one per token, when the request asked
 
 
-class Request:
-    """Sampling stream, penalty counts, incremental decoder and stop matcher of one request."""
+class Request(Sequence):
+    """A ``Sequence`` plus its sampling stream, penalty counts, grammar state, incremental decoder
+    and stop matcher. ``max_tokens`` defaults to ``params.max_new_tokens``; ``stop_token_ids``
+    end it with "stop" (the engine passes its end tokens and the request's stop tokens)."""
+
+    __slots__ = ("params", "logprobs", "step_logits", "guide", "guide_state", "vocab_size", "generator",
+                 "output_counts", "seen_counts", "decoder", "matcher")
 
     def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
                  vocab_size: int, device=None, guide=None, generator: torch.Generator | None = None,
-                 logprobs: int | None = None):
-        self.request_id, self.prompt_ids, self.params = request_id, prompt_ids, params
+                 logprobs: int | None = None, max_tokens: int | None = None,
+                 stop_token_ids: Collection[int] = ()):
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"logprobs must be an int in 0..{MAX_TOP_LOGPROBS} (how many alternatives to "
                              f"report per token; 0: only the chosen token's), got {logprobs!r}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        super().__init__(request_id, prompt_ids, params.max_new_tokens if max_tokens is None else max_tokens,
+                         stop_token_ids=stop_token_ids)
+        self.params = params
         self.logprobs = logprobs   # None: not asked for
         self.step_logits: torch.Tensor | None = None  # this step's logits rows, kept only when asked
         # A structured-output guide (course_lib.structured) and this request's state in it.
         self.guide, self.guide_state = guide, (None if guide is None else guide.initial_state)
         self.vocab_size = vocab_size
-        self.output_ids: list[int] = []
         # One generator per request, so its draws never depend on who shares the batch. A
         # caller may pass its own (several requests sharing one draw from it in batch order).
         self.generator: torch.Generator | None = generator
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         if generator is None and not params.greedy:
             self.generator = torch.Generator()
             if params.seed is None:
@@ -99,9 +108,13 @@ class Request:
         self.output_counts = self.seen_counts = None
         if params.uses_penalties:
             self.output_counts = torch.zeros(1, vocab_size, dtype=torch.long, device=device)  # (1, V)
-            self.seen_counts = token_counts([prompt_ids], vocab_size, device=device)  # (1, V)
+            self.seen_counts = token_counts([self.prompt_token_ids], vocab_size, device=device)  # (1, V)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.matcher = StopSequenceMatcher(params.stop)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.prompt_token_ids
 
     @property
     def simple_greedy(self) -> bool:
@@ -120,9 +133,8 @@ class Request:
         return self.matcher.stopped
 
     def add_token(self, token: int, token_bytes: Callable[[int], bytes], *, is_end: bool = False) -> str:
-        """Record a sampled token; return the text it makes safe to show. End tokens (``is_end``)
-        add no text, as in ``generate()``."""
-        self.output_ids.append(token)
+        """Record a sampled token (the scheduler has appended it to ``output_token_ids``); return
+        the text it makes safe to show. End tokens (``is_end``) add no text, as in ``generate()``."""
         if self.guide is not None:
             self.guide_state = self.guide.next_state(self.guide_state, token)
         if self.output_counts is not None:

@@ -21,7 +21,7 @@ from course_lib.data.corpus import heldout_split
 from course_lib.sampling import SamplingParams
 from course_lib.serving.async_engine import AsyncEngine, Submission
 from course_lib.serving.engine import Engine
-from course_lib.api.server import create_app
+from course_lib.api.server import DEFAULT_MAX_NUM_SEQS, create_app
 from course_lib.tools import tinychat_registry
 
 MAX_TOKENS = 48
@@ -419,7 +419,9 @@ def test_metrics_are_prometheus_text(base_url):
                  'course_requests_total{finish_reason="stop"}'):
         assert name in response.text, name
     assert metric(base_url, "course_time_to_first_token_seconds_count") > 0
-    assert metric(base_url, "course_kv_blocks_used") + metric(base_url, "course_kv_blocks_free") == 1024
+    # the default pool: one context window (512 tokens, 32 blocks of 16) per request it may run
+    assert metric(base_url, "course_kv_blocks_used") + metric(base_url, "course_kv_blocks_free") == \
+        DEFAULT_MAX_NUM_SEQS * 32
 
 
 # --- shutdown and the command line ---------------------------------------------------------------------

@@ -41,8 +41,8 @@ def alone(model, tok, prompts):
 
 def _no_leak(engine):
     assert engine.stats().num_used_blocks == 0 and not engine.has_unfinished()
-    if getattr(engine.proposer, "blocks", None) is not None:
-        assert engine.proposer.blocks.num_used_blocks == 0
+    if getattr(engine.speculation.proposer, "blocks", None) is not None:
+        assert engine.speculation.proposer.blocks.num_used_blocks == 0
 
 
 @pytest.mark.parametrize("speculative", ["ngram", "draft", "self"])

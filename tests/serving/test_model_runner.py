@@ -12,7 +12,7 @@ import torch
 from course_lib.model import Transformer, get_config, load_model
 from course_lib.model.steps import decode_step, prefill
 from course_lib.serving import BlockManager
-from course_lib.serving.model_runner import Chunk, ModelRunner, build_batch
+from course_lib.serving.model_runner import Chunk, ModelRunner, PagedCache, build_batch
 
 ATOL = 1e-4
 
@@ -35,8 +35,9 @@ def _reference_logits(model, ids: list[int]) -> torch.Tensor:
     return torch.cat([first[:2], *rows])  # (T, V)
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("name", ["test-gqa", "test-mha", "tinychat"])
-def test_ragged_passes_match_the_models_forward(name):
+def test_ragged_passes_match_the_models_forward(name, fused):
     try:
         model = _model(name)
     except ValueError:
@@ -50,7 +51,7 @@ def test_ragged_passes_match_the_models_forward(name):
     bm.allocate("pad", list(range(9)))  # hold some blocks so the others land out of order
     for i, ids in enumerate(seqs):
         bm.allocate(i, ids)
-    runner = ModelRunner(model, num_blocks=40, block_size=block_size)
+    runner = ModelRunner(model, num_blocks=40, block_size=block_size, fused_attention=fused)
     for layer in range(model.config.n_layers):
         runner.pool.keys[layer].fill_(1e4)  # poison: anything read before it is written is wrong
         runner.pool.values[layer].fill_(1e4)
@@ -84,6 +85,28 @@ def test_pure_decode_pass_and_only_sampling_rows_get_logits():
     with torch.no_grad():
         torch.testing.assert_close(logits[0], model(torch.tensor([ids_a]))[0, -1], atol=ATOL, rtol=1e-4)
         torch.testing.assert_close(logits[1], model(torch.tensor([ids_b]))[0, -1], atol=ATOL, rtol=1e-4)
+
+
+def test_a_mixed_pass_attends_its_decodes_apart_from_its_prompt_chunks():
+    """Decodes (one token) and longer chunks form two attention calls, so a decode's query is
+    never padded to a prompt chunk's length; the tokens keep their flat order."""
+    batch = build_batch([Chunk([7, 8, 9], 0, [3], False), Chunk([4], 5, [0, 1], True),
+                         Chunk([6, 2], 2, [2], True), Chunk([5], 0, [4], True)], 4)
+    decodes, chunks = batch.groups
+    assert decodes.rows.tolist() == [3, 6] and decodes.padded_index.shape == (2, 1)
+    assert chunks.rows.tolist() == [0, 1, 2, 4, 5] and chunks.padded_index.shape == (2, 3)
+    assert chunks.keep.shape == (2, 1, 3, 4) and decodes.keep.shape == (2, 1, 1, 8)
+    assert not batch.is_decode and batch.logit_indices.tolist() == [3, 5, 6]
+    assert build_batch([Chunk([4], 5, [0, 1], True), Chunk([5], 0, [4], True)], 4).is_decode
+
+
+def test_the_paged_cache_runs_attention_only_the_causal_way():
+    model = _model("test-gqa")
+    runner = ModelRunner(model, num_blocks=4, block_size=4)
+    batch = build_batch([Chunk([1, 2], 0, [0], True)], 4)
+    x = torch.randn(1, 2, model.config.d_model)
+    with pytest.raises(ValueError, match="causal"):
+        model.layers[0].self_attn(x, cache=PagedCache(runner.pool, batch), return_weights=True)
 
 
 def test_build_batch_rejects_uncovered_positions_and_empty_input():

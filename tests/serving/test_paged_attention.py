@@ -1,5 +1,9 @@
 """Paged attention against torch's scaled_dot_product_attention over contiguous tensors.
 
+Both paths are checked: the course's reference attention (``fused=False``) and torch's fused
+kernel over the gathered blocks (``fused=True``, what the engine runs); the oracle attends over
+contiguous per-sequence tensors, so what it checks is the gather, the mask and the head sharing.
+
 Each scenario scatters every sequence's blocks over the pool in random order, pads the block
 tables with -1, and fills block 0 (never handed out) with huge values, so reading a padded or
 masked position shows up as a wrong answer, not a coincidence.
@@ -15,6 +19,7 @@ from hypothesis import strategies as st
 from course_lib.attention import scaled_dot_product_attention
 from course_lib.kv_memory import blocks_needed, compare_paging
 from course_lib.serving import BlockManager, KVPool, pad_block_tables, paged_attention, paged_prefill_attention
+from course_lib.serving.paged_attention import keep_mask
 
 ATOL = 1e-5
 POISON = 1e4
@@ -47,13 +52,15 @@ def _reference(q_rows, k, v):
     return F.scaled_dot_product_attention(q_rows, k, v, attn_mask=keep, enable_gqa=True)
 
 
-def _check_prefill(context_lens, query_lens, *, n_heads, n_kv_heads, head_dim, block_size, seed, device="cpu"):
+def _check_prefill(context_lens, query_lens, *, n_heads, n_kv_heads, head_dim, block_size, seed, device="cpu",
+                   fused=False):
     pool, tables, contiguous, g = _scenario(context_lens, n_heads=n_heads, n_kv_heads=n_kv_heads,
                                             head_dim=head_dim, block_size=block_size, seed=seed, device=device)
     n_q = max(query_lens)
     q = torch.randn(len(context_lens), n_heads, n_q, head_dim, generator=g)  # (B, H, T, D)
     out = paged_prefill_attention(q.to(device), pool.keys[0], pool.values[0], tables,
-                                  torch.tensor(context_lens, device=device), torch.tensor(query_lens, device=device))
+                                  torch.tensor(context_lens, device=device), torch.tensor(query_lens, device=device),
+                                  fused=fused)
     assert out.shape == q.shape and out.device == pool.device
     out = out.cpu()
     for b, (k, v) in enumerate(contiguous):
@@ -64,14 +71,15 @@ def _check_prefill(context_lens, query_lens, *, n_heads, n_kv_heads, head_dim, b
 
 # --- decode ----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("n_heads, n_kv_heads, head_dim, block_size",
                          [(4, 4, 8, 4), (8, 2, 16, 16), (6, 1, 8, 3), (4, 2, 32, 1)])
-def test_decode_matches_contiguous_attention(n_heads, n_kv_heads, head_dim, block_size):
+def test_decode_matches_contiguous_attention(n_heads, n_kv_heads, head_dim, block_size, fused):
     context_lens = [1, block_size, 2 * block_size + 1, 23, 7]  # ragged, incl. exactly full blocks
     pool, tables, contiguous, g = _scenario(context_lens, n_heads=n_heads, n_kv_heads=n_kv_heads,
                                             head_dim=head_dim, block_size=block_size, seed=block_size)
     q = torch.randn(len(context_lens), n_heads, head_dim, generator=g)  # (B, H, D)
-    out = paged_attention(q, pool.keys[0], pool.values[0], tables, torch.tensor(context_lens))
+    out = paged_attention(q, pool.keys[0], pool.values[0], tables, torch.tensor(context_lens), fused=fused)
     assert out.shape == q.shape
     for b, (k, v) in enumerate(contiguous):
         expected = _reference(q[b:b + 1, :, None], k, v)[:, :, 0]  # (1, H, D)
@@ -90,12 +98,26 @@ def test_decode_matches_course_attention_with_scale():
 
 # --- chunked prefill -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("n_heads, n_kv_heads, block_size", [(4, 4, 4), (8, 2, 5), (4, 1, 16)])
-def test_chunked_prefill_matches_contiguous_causal_attention(n_heads, n_kv_heads, block_size):
+def test_chunked_prefill_matches_contiguous_causal_attention(n_heads, n_kv_heads, block_size, fused):
     context_lens = [9, 12, 30, 1, 17]
     query_lens = [9, 4, 6, 1, 1]  # a whole prompt, chunks after a cached prefix, decodes mixed in
     _check_prefill(context_lens, query_lens, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=8,
-                   block_size=block_size, seed=n_heads + block_size)
+                   block_size=block_size, seed=n_heads + block_size, fused=fused)
+
+
+def test_a_mask_built_once_for_the_pass_gives_the_same_attention():
+    context_lens, query_lens = torch.tensor([9, 12, 5]), torch.tensor([9, 4, 1])
+    pool, tables, _, g = _scenario(context_lens.tolist(), n_heads=4, n_kv_heads=2, head_dim=8, block_size=4, seed=2)
+    q = torch.randn(3, 4, 9, 8, generator=g)
+    keep = keep_mask(tables, context_lens, query_lens, 9, 4)  # (B, 1, T, S)
+    assert keep.shape == (3, 1, 9, tables.shape[1] * 4) and keep.dtype == torch.bool
+    for fused in (False, True):
+        plain = paged_prefill_attention(q, pool.keys[0], pool.values[0], tables, context_lens, query_lens, fused=fused)
+        given_mask = paged_prefill_attention(q, pool.keys[0], pool.values[0], tables, context_lens, query_lens,
+                                             keep=keep, fused=fused)
+        torch.testing.assert_close(given_mask, plain, atol=0, rtol=0)
 
 
 def test_query_lens_default_to_every_row():
@@ -108,12 +130,13 @@ def test_query_lens_default_to_every_row():
 
 @settings(max_examples=25, deadline=None)
 @given(data=st.data(), group=st.sampled_from([(1, 1), (2, 1), (4, 2), (6, 3), (8, 1)]),
-       head_dim=st.sampled_from([1, 4, 8]), block_size=st.integers(1, 8), seed=st.integers(0, 2**16))
-def test_random_shapes_match_contiguous_attention(data, group, head_dim, block_size, seed):
+       head_dim=st.sampled_from([1, 4, 8]), block_size=st.integers(1, 8), seed=st.integers(0, 2**16),
+       fused=st.booleans())
+def test_random_shapes_match_contiguous_attention(data, group, head_dim, block_size, seed, fused):
     context_lens = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=5))
     query_lens = [data.draw(st.integers(1, n)) for n in context_lens]
     _check_prefill(context_lens, query_lens, n_heads=group[0], n_kv_heads=group[1], head_dim=head_dim,
-                   block_size=block_size, seed=seed)
+                   block_size=block_size, seed=seed, fused=fused)
 
 
 def test_a_minus_one_entry_is_never_read_even_inside_the_context():
