@@ -78,7 +78,10 @@ def block_hash(parent_hash: int | None, token_ids: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class Allocation:
-    block_table: list[int]   # block ids for the prompt's positions, in order
+    # Block ids for the prompt's positions, in order: the sequence's own table, which grows as it
+    # decodes and shrinks when guesses are rejected (so a scheduler can keep it on its request);
+    # read it, never change it (block_table(seq_id) gives a copy to keep).
+    block_table: list[int]
     num_cached_tokens: int   # leading prompt tokens whose KV is already there: skip their prefill
 
 
@@ -217,7 +220,7 @@ class BlockManager:
         if self.prefix_caching:
             self._queries += len(token_ids)
             self._hits += num_cached
-        return Allocation(list(table), num_cached)
+        return Allocation(table, num_cached)
 
     # --- decoding ----------------------------------------------------------------------------
 

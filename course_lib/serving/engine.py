@@ -207,9 +207,8 @@ class Engine:
         if out.is_empty:
             self.speculation.settle(out.preempted, (), ())
             return []
-        bm = self.block_manager
-        chunks = [Chunk(e.token_ids, e.start, bm.block_table(e.seq.request_id), e.samples,
-                        1 + len(e.draft_token_ids)) for e in out.scheduled]
+        chunks = [Chunk(e.token_ids, e.start, e.seq.block_table, e.samples, 1 + len(e.draft_token_ids))
+                  for e in out.scheduled]
         logits = self.runner.run(chunks)  # (M, V): one row per sampling chunk, 1 + k per verify
         self.num_steps += 1
         samplers = [e for e in out.scheduled if e.samples]

@@ -53,9 +53,10 @@ The engine's contract, each step:
 - ``out = scheduler.schedule()``. For each entry ``e`` of ``out.scheduled``, the pass takes
   ``e.token_ids`` at positions ``e.start .. e.stop - 1`` and writes their KV to
   ``block_manager.slot_mapping(e.seq.request_id, e.start, e.stop)``; attention reads positions
-  ``0 .. e.stop - 1`` through ``block_manager.block_table(e.seq.request_id)`` (positions before
-  ``e.start`` are in the pool already, computed earlier or prefix-cache hits). Rebuild block
-  tables every step: they grow, and a preempted request comes back with new ones.
+  ``0 .. e.stop - 1`` through ``e.seq.block_table`` (positions before ``e.start`` are in the
+  pool already, computed earlier or prefix-cache hits). That is the block manager's own table,
+  kept on the sequence while it runs: it grows, and a preempted request comes back with a new
+  one, so read it at every step and never change it.
 - Where ``e.samples``, sample one token from the logits of position ``e.stop - 1``.
 - ``scheduler.update(out, {request_id: token}, eos_ids=...)`` once per output, in order; it
   returns the sequences that finished (their blocks already freed). Stop strings: call
@@ -227,7 +228,7 @@ class Scheduler:
                 break
             allocation = bm.allocate(seq.request_id, token_ids)
             self.waiting.popleft()
-            seq.status = _RUNNING
+            seq.status, seq.block_table = _RUNNING, allocation.block_table
             seq.num_computed_tokens = seq.num_cached_tokens = allocation.num_cached_tokens
             self.running.append(seq)
             entry = self._chunk(seq, budget)
@@ -327,7 +328,7 @@ class Scheduler:
         """Recompute preemption of the newest running sequence (the last in ``running``)."""
         self.running.pop()
         self.block_manager.free(seq.request_id)
-        seq.status = _WAITING
+        seq.status, seq.block_table = _WAITING, []
         seq.num_computed_tokens = seq.num_cached_tokens = 0
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
@@ -336,6 +337,7 @@ class Scheduler:
         if seq.status is _RUNNING:
             self.running.remove(seq)
             self.block_manager.free(seq.request_id)
+            seq.block_table = []
         else:
             self.waiting.remove(seq)  # waiting sequences hold no blocks
         seq.status, seq.finish_reason = _FINISHED, reason

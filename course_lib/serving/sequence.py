@@ -37,7 +37,7 @@ class Sequence:
 
     __slots__ = ("request_id", "prompt_token_ids", "output_token_ids", "max_tokens", "status",
                  "num_computed_tokens", "num_cached_tokens", "arrival", "finish_reason", "num_preemptions",
-                 "stop_token_ids")
+                 "stop_token_ids", "block_table")
 
     def __init__(self, request_id: Hashable, prompt_token_ids: TokenIds[int], max_tokens: int, *,
                  stop_token_ids: Collection[int] = ()):
@@ -62,6 +62,9 @@ class Sequence:
         # Tokens that end this request with "stop" (its end tokens and stop tokens), on top of
         # the eos_ids the scheduler is given.
         self.stop_token_ids = frozenset(stop_token_ids)
+        # The blocks holding its KV, in position order, while it runs (the block manager's own
+        # table, kept here by the scheduler; empty while it waits or once it has finished).
+        self.block_table: list[int] = []
 
     @property
     def token_ids(self) -> list[int]:

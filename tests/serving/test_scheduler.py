@@ -78,6 +78,7 @@ class FakeEngine:
         assert len({id(s) for s in seqs}) == len(seqs), "a sequence scheduled twice in one pass"
         for seq in out.preempted:
             assert seq.status is SequenceStatus.WAITING and seq.num_computed_tokens == 0
+            assert seq.block_table == []  # its blocks went back with it
             assert all(s is not seq for s in seqs)
         scheduled_ids = {id(s): e for s, e in zip(seqs, entries)}
         for seq in decoding:   # decodes are never skipped: scheduled for 1 token, or preempted
@@ -100,6 +101,7 @@ class FakeEngine:
             seq, rid = e.seq, e.seq.request_id
             assert seq.status is SequenceStatus.RUNNING and e.num_new_tokens >= 1
             assert e.start == seq.num_computed_tokens and bm.num_tokens(rid) == seq.num_tokens
+            assert seq.block_table == bm.block_table(rid)  # the request carries its live table
             if seq.is_prefill and sched.chunk_size is not None:
                 assert e.num_new_tokens <= sched.chunk_size
             if e.start < seq.num_prompt_tokens:
@@ -309,6 +311,7 @@ def test_preemption_takes_the_newest_recomputes_it_and_loses_nothing():
     for seq in (old, new):
         assert seq.output_token_ids == reference_stream(seq.request_id, seq.prompt_token_ids, seq.max_tokens)
     assert old.num_preemptions == 0 and bm.num_free_blocks == 4
+    assert old.block_table == new.block_table == []  # finished: nothing held
 
 
 def test_a_lone_sequence_that_cannot_grow_is_preempted_and_resumes_later():
