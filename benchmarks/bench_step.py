@@ -18,10 +18,13 @@ time to first token (engine steps from ``add_request`` to the first token, in mi
 Each concurrency runs twice, side by side: attention in torch's fused kernel (the engine's
 default) and in the course's reference function (``fused_attention=False``), and the ratio of
 their throughputs. Then a torch profile of the forward at the highest concurrency: the
-operators that take its time, grouped (matmuls, the paged gather, the mask, softmax, the KV
-write, elementwise).
+operators that take its time, grouped (matmuls, the attention kernel, the paged gather, the
+mask, softmax, the KV write, elementwise).
 
-    python benchmarks/bench_step.py [--concurrency 1 16 64] [--requests 192] [--threads 2]
+Each setting runs ``--repeats`` times, alternated with the other; the run of median wall time
+is the one shown.
+
+    python benchmarks/bench_step.py [--concurrency 1 16 64] [--requests 192] [--repeats 3] [--threads 2]
 """
 from __future__ import annotations
 
@@ -44,6 +47,10 @@ PHASES = ("schedule", "batch", "forward", "sample", "update", "emit", "sse")
 OP_GROUPS = {
     "matmul (projections, MLP, head)": ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul"),
     "attention matmuls": ("aten::bmm",),
+    "fused attention kernel": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
+                               "aten::_scaled_dot_product_attention_math", "aten::_scaled_dot_product_flash_attention"),
+    "allocation and fill": ("aten::empty", "aten::fill_", "aten::zeros", "aten::zero_", "aten::empty_strided",
+                            "aten::full"),
     "paged gather (index)": ("aten::index", "aten::index_select", "aten::clamp"),
     "mask build": ("aten::le", "aten::lt", "aten::bitwise_and", "aten::__and__", "aten::repeat_interleave",
                    "aten::arange", "aten::ge", "aten::where", "aten::masked_fill", "aten::masked_fill_"),
@@ -161,6 +168,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=192, help="requests per concurrency")
     parser.add_argument("--max-num-seqs", type=int, default=None,
                         help="the engine's running limit (default: course serve's)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each setting; the median is shown")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -173,14 +181,18 @@ def main() -> None:
     for fused in (True, False):  # warm-up: first-call costs out of the way
         closed_loop(model, tokenizer, chats[:8], 4, max_num_seqs, fused)
     for concurrency in args.concurrency:
-        fused = closed_loop(model, tokenizer, chats, concurrency, max_num_seqs, fused=True)
-        reference = closed_loop(model, tokenizer, chats, concurrency, max_num_seqs, fused=False)
+        runs = {True: [], False: []}
+        for _ in range(args.repeats):  # alternated, so load from elsewhere hits both alike
+            for fused in (True, False):
+                runs[fused].append(closed_loop(model, tokenizer, chats, concurrency, max_num_seqs, fused))
+        fused, reference = (sorted(runs[f], key=lambda r: r["wall"])[len(runs[f]) // 2] for f in (True, False))
         print_profile(fused, concurrency)
         same = sum(a == b for a, b in zip(fused["replies"], reference["replies"]))
         print(f"  the course's reference attention instead: {reference['tokens'] / reference['wall']:.0f} tokens/s, "
               f"TTFT p99 {1000 * reference['ttft_p99']:.1f} ms; fused / reference "
               f"{reference['wall'] / fused['wall']:.2f}x; identical greedy replies {same}/{len(chats)}")
     forward_ops(model, tokenizer, chats[:max(args.concurrency) * 2], max(args.concurrency), max_num_seqs)
+
 
 if __name__ == "__main__":
     main()
