@@ -54,7 +54,7 @@ class AttentionGroup:
     """Sequences of a pass whose attention runs as one call: its decodes, or its longer chunks."""
 
     rows: torch.Tensor          # (n,) flat rows of these sequences' new tokens, sequence after sequence
-    padded_index: torch.Tensor  # (b, Tq) flat row of (sequence i, new token t); padding -> some row
+    padded_index: torch.Tensor  # (b, Tq) flat row of (sequence i, new token t); padding repeats its last
     flat_index: torch.Tensor    # (n,) where each of `rows` sits in the (b * Tq) padded layout
     block_tables: torch.Tensor  # (b, max_blocks), -1 padded
     context_lens: torch.Tensor  # (b,) tokens with KV after this pass
@@ -108,7 +108,7 @@ def build_batch(chunks: Sequence[Chunk], block_size: int, *, device=None) -> Rag
             logit_rows.extend(range(len(tokens) - c.num_logits, len(tokens)))
 
     ints = _Ints()
-    flat = [ints.add(values) for values in (tokens, positions, slots, logit_rows)]
+    per_token = [ints.add(values) for values in (tokens, positions, slots, logit_rows)]
     lens = [len(c.token_ids) for c in chunks]
     context = [c.start + n for c, n in zip(chunks, lens)]
     per_seq = [ints.add(lens), ints.add(context)]
@@ -117,7 +117,7 @@ def build_batch(chunks: Sequence[Chunk], block_size: int, *, device=None) -> Rag
     plans = [_plan_group(ints, members, chunks, lens, context, firsts) for members in (one, longer) if members]
     views = ints.tensor(device)
     groups = tuple(_group(views, plan, block_size) for plan in plans)
-    token_ids, positions_t, slots_t, logits_t = (views[i] for i in flat)
+    token_ids, positions_t, slots_t, logits_t = (views[i] for i in per_token)
     return RaggedBatch(token_ids=token_ids, positions=positions_t, slot_mapping=slots_t,
                        query_lens=views[per_seq[0]], context_lens=views[per_seq[1]], logit_indices=logits_t,
                        groups=groups)
