@@ -237,7 +237,9 @@ def test_min_p_keeps_exactly_the_tokens_above_the_bound(z, m):
 @settings(max_examples=100, deadline=None)
 @given(z=logit_rows, t=st.floats(0.05, 10.0))
 def test_temperature_keeps_the_order_and_softmax_is_a_power(z, t):
-    out = apply_temperature(z, t)
+    # In float64: float32's rounding of z / T (z up to 20, T down to 0.05) alone moves a
+    # probability by a few 1e-6, which is not what this identity is about.
+    out = apply_temperature(z.double(), t)
     # softmax(z / T) is proportional to softmax(z) ** (1 / T)
     expected = torch.softmax(z.double(), -1) ** (1 / t)
     torch.testing.assert_close(torch.softmax(out.double(), -1), expected / expected.sum(), atol=1e-6, rtol=1e-5)
