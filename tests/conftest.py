@@ -156,7 +156,7 @@ def _one_torch_thread():
     small, and the suite shares two cores with the kernels, servers and graders it starts: with
     two threads a decoding test ran 15x slower (58 s, not 3.8 s) while another process had a
     core. Set before each test, as the notebooks' setup cells that tests/hidden runs here set
-    their own (``torch.set_num_threads(2)`` in 06, 07 and 08)."""
+    their own (``use_reference_threads()`` in 06, 07 and 08: two, or OMP_NUM_THREADS)."""
     import torch
 
     if torch.get_num_threads() != 1:

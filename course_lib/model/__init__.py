@@ -22,6 +22,7 @@ from course_lib.model.weights import (
     load_model,
     load_tokenizer,
     save_model,
+    use_reference_threads,
 )
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "load_tokenizer",
     "prefill",
     "save_model",
+    "use_reference_threads",
     "to_hf_llama",
 ]

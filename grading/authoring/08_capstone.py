@@ -53,14 +53,14 @@ from course_lib.data.grounded import GROUNDED_ABSTAIN
 from course_lib.drills.problem_formulas import request_cost_usd
 from course_lib.drills.problems import make_problem
 from course_lib.kv_memory import kv_bytes_per_token
-from course_lib.model import data_dir, load_model, load_tokenizer
+from course_lib.model import data_dir, load_model, load_tokenizer, use_reference_threads
 from course_lib.sampling import SamplingParams
 from course_lib.serving import Engine
 from course_lib.structured.guide import JSONGuide, RegexGuide
 from course_lib.tokenization.chat_template import encode_chat
 from course_lib.tools import Dispatcher, demo_book, parse_tinychat_tool_call, refund_registry, tinychat_registry
 
-torch.set_num_threads(2)  # the course's reference machine: two CPU cores
+use_reference_threads()  # two CPU threads, as on the course's reference machine (the grader sets one)
 
 # %% [checks]
 # The visible checks and their hints (grading runs without them: the answers must be your own).
