@@ -15,7 +15,7 @@ names of the exercise left as stubs that raise), passes a check that those stubs
 Each such candidate must be switched off inside the sandbox: its module withheld
 (``course_lib.pipeline.withheld``) or its name stubbed (the notebook's ``REFERENCES``).
 ``tests/hidden/test_no_importable_answer.py`` asserts that, and ``tests/pipeline/test_grade.py``
-grades delegating submissions with ``course grade`` to show they score 0 in the real sandbox.
+grades a delegating submission per notebook with ``course grade`` to show it scores 0 in the real sandbox.
 """
 from __future__ import annotations
 
@@ -292,16 +292,16 @@ def answering_trials(notebook: str) -> tuple[Trial, ...]:
     return tuple(t for exercise in notebook_exercises(notebook) for t in attack(notebook, exercise) if t.answers)
 
 
-def delegating_submissions(notebook: str) -> list[dict[str, str]]:
-    """Answer-cell code by exercise for each submission of the graded attack: submission i
-    delegates every exercise to its i-th answering candidate, so there are as many
-    submissions as the most candidates one exercise has, not their sum."""
-    by_exercise: dict[str, list[Trial]] = {}
+def delegating_submission(notebook: str) -> dict[str, str]:
+    """Answer-cell code by exercise for the graded attack: every exercise that has an answering
+    candidate delegates to its first one. One submission per notebook is graded in the real
+    sandbox (each costs a whole notebook's run); that every other answering candidate is
+    switched off there too is the in-process proof of test_no_importable_answer.py, which
+    reads the same withheld modules and ``REFERENCES`` the sandbox applies."""
+    first: dict[str, Trial] = {}
     for trial in answering_trials(notebook):
-        by_exercise.setdefault(trial.exercise, []).append(trial)
-    count = max((len(t) for t in by_exercise.values()), default=0)
-    return [{exercise: delegation(trials[i]) for exercise, trials in by_exercise.items() if i < len(trials)}
-            for i in range(count)]
+        first.setdefault(trial.exercise, trial)
+    return {exercise: delegation(trial) for exercise, trial in first.items()}
 
 
 def delegation(trial: Trial) -> str:

@@ -4,7 +4,7 @@ Every exercise's names are answered in turn by every fitting function and class 
 ``course_lib`` and of the oracles, and run on the hidden test in this process, with nothing
 stubbed. Whatever earns points that way must be switched off in that notebook's sandbox:
 withheld (the visible checks, the oracles) or stubbed (``REFERENCES``). The graded attack in
-tests/pipeline/test_grade.py then grades these same delegations in the real sandbox.
+tests/pipeline/test_grade.py then grades one delegation per exercise in the real sandbox.
 """
 from __future__ import annotations
 

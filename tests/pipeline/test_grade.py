@@ -78,8 +78,8 @@ def beside_the_solutions(releases, tmp_path_factory, request):
         try:
             for name in dict.fromkeys(names):
                 course = releases.copy(tmp_path_factory.mktemp(f"full_marks_{name}"), [name])
-                attacks = {f"delegates{index}": code for index, code in enumerate(attack.delegating_submissions(name))}
-                attacks["equal_to_anything"] = attack.equal_to_anything(name)
+                attacks = {"delegates": attack.delegating_submission(name),
+                           "equal_to_anything": attack.equal_to_anything(name)}
                 gradings[name] = course, attacks, pool.submit(graded_beside_the_solutions, course, name, attacks)
             yield gradings
         finally:
