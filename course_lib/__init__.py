@@ -10,6 +10,7 @@ included):
     checks pipeline                            visible checks; release, autograde, export (nbgrader)
     capstone                                   notebook 08's menus and reference answers
     api evaluate drills                        HTTP server and load generator; ``course eval``; drills
+    xray                                       one request's X-ray: JSON, the chat page, a notebook panel
     tools                                      tool calls: registry, wire format, dispatch, agent loop
     structured context                         grammars and guides; window, retrieval, grounding, logs
     generation request_trace train             decode loops over the engine; one request timed; training

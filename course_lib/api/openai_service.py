@@ -33,14 +33,28 @@ from course_lib.sampling.params import SamplingParams
 from course_lib.sampling.prompt import encode_prompt
 from course_lib.serving.async_engine import AsyncEngine, EngineStopped, QueueFull, Submission
 from course_lib.serving.engine import Engine
+from course_lib.serving.xray import RequestXray
 from course_lib.structured import JSONGuide
 from course_lib.tokenization.chat_template import TOOL_CALL, encode_chat
 from course_lib.tools import Tool, ToolCall, ToolRegistry, from_openai_messages, openai_tool_call
 from course_lib.tools.wire import parse_tinychat_tool_call
+from course_lib.xray import xray_document
+from course_lib.xray.attention import token_attention
 
 __all__ = ["OpenAIService"]
 
 DISCONNECT_POLL_S = 0.5  # how often a non-streaming request checks that its client is still there
+XRAY_HEADER = "x-course-xray"  # a request that sends it (value 1) is X-rayed; see course_lib.xray
+XRAYS_KEPT = 64  # X-rays of the latest requests the server keeps for GET /course/xray/{id}
+
+
+@dataclass
+class _Xrayed:
+    """An X-rayed completion: one record per choice, and what the view needs beside them."""
+
+    records: list[RequestXray]
+    schema: dict | None
+    choices: list
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,7 @@ class OpenAIService:
         (self.tool_call_id,) = self.tokenizer.encode(TOOL_CALL, allowed_special={TOOL_CALL})
         self._token_bytes: dict[int, bytes] = {}
         self._guides: OrderedDict[str, JSONGuide] = OrderedDict()  # the last 32 schemas' guides
+        self._xrays: OrderedDict[str, _Xrayed] = OrderedDict()
 
     def models(self) -> dict:
         return {"object": "list", "data": [self.model_card()]}
@@ -131,11 +146,14 @@ class OpenAIService:
             guide = await self._guide(body.response_format.json_schema.json_schema, "response_format")
         params = self._params(body, len(prompt_ids), guide, "messages")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        stream = await self._submit(prompt_ids, params, body, guide, logprobs)
+        xrays = [RequestXray() for _ in range(body.n or 1)] if _wants_xray(request) else None
+        stream = await self._submit(prompt_ids, params, body, guide, logprobs, xrays)
         names = frozenset(registry.names) if registry is not None and body.tool_choice != "none" else frozenset()
         choices = [_Choice(tool_names=names, forced=forced, end_ids=self._end_ids(body, guide),
                            tool_call_id=self.tool_call_id) for _ in range(body.n or 1)]
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if xrays is not None:
+            self._keep_xray(rid, _Xrayed(xrays, None if guide is None else guide.schema, choices))
         if body.stream:
             chunks = self._chat_chunks(stream, choices, body, rid, created, len(prompt_ids), arrived)
             return EventSourceResponse(self._sse(chunks, stream, choices), sep="\n")
@@ -245,6 +263,51 @@ class OpenAIService:
         self._check_ids(body.tokens, "tokens")
         return {"prompt": self.tokenizer.decode(body.tokens)}
 
+    # --- /course (the X-ray; standard clients never call these) ------------------------------------
+
+    def xray(self, completion_id: str) -> dict:
+        """The X-ray of a recent chat completion that asked for one (header X-Course-Xray: 1),
+        one document per choice; readable while it streams."""
+        kept = self._xrays.get(completion_id)
+        if kept is None:
+            raise OpenAIError(404, f"no X-ray for {completion_id!r}: only the latest {XRAYS_KEPT} chat completions "
+                                   "sent with the header 'X-Course-Xray: 1' have one", code="not_found")
+        docs = []
+        for record, choice in zip(kept.records, kept.choices):
+            end = choice.end
+            extra = {"reply": None if end is None else {"finish_reason": end.reason, "content": end.content,
+                                                         "tool_call": None if end.call is None else
+                                                         openai_tool_call(end.call)}}
+            docs.append(xray_document(record, self.tokenizer, num_blocks=self.engine.block_manager.num_blocks,
+                                      schema=kept.schema, extra=extra))
+        return {"id": completion_id, "object": "course.xray", "choices": docs}
+
+    async def attention(self, completion_id: str, token: int, choice: int = 0) -> dict:
+        """Each layer's and head's attention from the position that produced reply token ``token``
+        (a second pass of the reference transformer, off the event loop)."""
+        kept = self._xrays.get(completion_id)
+        if kept is None:
+            self.xray(completion_id)  # raises the 404 that says which completions have an X-ray
+        if not 0 <= choice < len(kept.records):
+            raise OpenAIError(400, f"choice {choice} does not exist; this completion has {len(kept.records)}",
+                              param="choice")
+        try:
+            return await asyncio.to_thread(token_attention, self.engine.model, self.tokenizer, kept.records[choice], token)
+        except ValueError as error:
+            raise OpenAIError(400, str(error), param="token") from None
+
+    def pool(self) -> dict:
+        """The KV pool and the queues after the engine's latest step."""
+        snap, manager = self.async_engine.snapshot, self.engine.block_manager
+        return {"num_blocks": manager.num_blocks, "block_size": manager.block_size,
+                "num_used_blocks": snap.num_used_blocks, "num_running": snap.num_running,
+                "num_waiting": snap.num_waiting, "prefix_cache_hit_rate": snap.prefix_cache_hit_rate}
+
+    def _keep_xray(self, completion_id: str, xrayed: _Xrayed) -> None:
+        self._xrays[completion_id] = xrayed
+        while len(self._xrays) > XRAYS_KEPT:
+            self._xrays.popitem(last=False)
+
     # --- shared -----------------------------------------------------------------------------------
 
     def _check_ids(self, ids: list[int], param: str) -> None:
@@ -318,14 +381,15 @@ class OpenAIService:
             return frozenset({guide.eos_id})
         return frozenset() if body.ignore_eos else self.engine.eos_ids
 
-    async def _submit(self, prompt_ids, params, body, guide, logprobs):
+    async def _submit(self, prompt_ids, params, body, guide, logprobs, xrays=None):
         n = body.n or 1
         if n > self.async_engine.capacity:
             raise OpenAIError(400, f"n={n} choices can never fit: this server holds {self.async_engine.capacity} "
                                    "requests at once (--max-num-seqs plus --max-waiting); ask for fewer", param="n")
         # Choice i samples with seed + i: reproducible, and n choices still differ from each other.
         seeded = [params if params.seed is None else replace(params, seed=params.seed + i) for i in range(n)]
-        submissions = [Submission(prompt_ids, p, guide, logprobs, () if body.ignore_eos else None) for p in seeded]
+        submissions = [Submission(prompt_ids, p, guide, logprobs, () if body.ignore_eos else None,
+                                  None if xrays is None else xrays[i]) for i, p in enumerate(seeded)]
         try:
             stream = await self.async_engine.submit(submissions)
         except QueueFull as error:
@@ -409,6 +473,10 @@ def _usage_options(body, choices: list[_Choice], prompt_len: int):
     if not (with_usage and options.continuous_usage_stats):
         return with_usage, lambda index: None
     return True, lambda index: None if index is None else Usage.of(prompt_len, choices[index].num_tokens)
+
+
+def _wants_xray(request: Request) -> bool:
+    return request.headers.get(XRAY_HEADER, "").strip().lower() in ("1", "true", "on")
 
 
 def _unavailable(error: EngineStopped) -> OpenAIError:

@@ -15,7 +15,8 @@ In-process, for tests and notebooks:
 >>> reply["choices"][0]["message"]["content"], reply["choices"][0]["finish_reason"]
 ('2 + 2 = 4.', 'stop')
 
-Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
+The chat page with the request X-ray is at ``GET /`` (``course_lib.xray``; its data at ``GET
+/course/xray/{completion_id}`` and ``GET /course/pool``). Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``POST /tokenize`` and ``POST /detokenize`` (vLLM's), ``GET /health``, ``GET /metrics`` (Prometheus). Which parameters are implemented, accepted or
 rejected is in ``openai_protocol``; the engine runs on its own thread (``async_engine``).
 
@@ -29,7 +30,7 @@ import hmac
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from course_lib.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
@@ -38,6 +39,7 @@ from course_lib.api.openai_protocol import (ChatCompletionRequest, CompletionReq
 from course_lib.api.openai_service import OpenAIService
 from course_lib.serving.async_engine import AsyncEngine
 from course_lib.serving.engine import Engine
+from course_lib.xray import STATIC
 
 __all__ = ["DEFAULT_MAX_NUM_SEQS", "create_app", "main"]
 
@@ -118,8 +120,38 @@ def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str |
     async def detokenize(body: DetokenizeRequest):
         return service.detokenize(body)
 
+    # The X-ray (course_lib.xray): a course endpoint beside the OpenAI ones, behind the same key.
+    course = APIRouter(prefix="/course", dependencies=[Depends(_bearer(api_key))])
+
+    @course.get("/xray/{completion_id}")
+    async def xray(completion_id: str):
+        return service.xray(completion_id)
+
+    @course.get("/xray/{completion_id}/attention")
+    async def attention(completion_id: str, token: int, choice: int = 0):
+        return await service.attention(completion_id, token, choice)
+
+    @course.get("/pool")
+    async def pool():
+        return service.pool()
+
     app.include_router(v1)
     app.include_router(tokens)
+    app.include_router(course)
+
+    # The chat page: static files shipped in the package (they hold no data; the page sends the
+    # key, when the server has one, with every request it makes).
+    pages = {p.name: p for p in STATIC.iterdir() if p.suffix in (".html", ".js", ".css")}
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page():
+        return FileResponse(pages["index.html"], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static_file(name: str):
+        if name not in pages:  # a fixed list: no path from the URL ever reaches the file system
+            raise HTTPException(404, "no such file")
+        return FileResponse(pages[name], headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
     async def health():
@@ -198,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5))
     print(f"serving {args.model} at http://{args.host}:{args.port}/v1 (Ctrl-C stops it)", flush=True)
+    print(f"chat with it and watch each request's X-ray at http://{args.host}:{args.port}/", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled, once it has shut down

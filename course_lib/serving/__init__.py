@@ -35,6 +35,7 @@ from course_lib.serving.model_runner import Chunk, ModelRunner, RaggedBatch, bui
 from course_lib.serving.request import Completion, RequestOutput
 from course_lib.serving.engine import Engine
 from course_lib.serving.verify import SpeculativeStats
+from course_lib.serving.xray import RequestXray
 
 __all__ = [
     "Allocation", "BlockManager", "BlockManagerStats", "Int8Linear", "KVPool", "NoFreeBlocksError",
@@ -43,4 +44,5 @@ __all__ = [
     "quantize_int8", "quantize_per_channel", "weight_bytes",
     "FinishReason", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus",
     "Chunk", "Completion", "Engine", "SpeculativeStats", "ModelRunner", "RaggedBatch", "RequestOutput", "build_batch",
+    "RequestXray",
 ]

@@ -70,6 +70,7 @@ class Submission:
     guide: object = None                       # a course_lib.structured guide, or None
     logprobs: int | None = None                # None: not asked for
     eos_ids: tuple[int, ...] | None = None     # None: the tokenizer's end tokens; (): none
+    xray: object = None                        # a fresh serving.xray.RequestXray to fill in, or None
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ class AsyncEngine:
         try:
             for rid, s in zip(stream.request_ids, command.submissions):
                 engine.add_request(list(s.prompt_ids), s.params, request_id=rid, guide=s.guide,
-                                   eos_ids=s.eos_ids, logprobs=s.logprobs)
+                                   eos_ids=s.eos_ids, logprobs=s.logprobs, xray=s.xray)
                 added.append(rid)
         except Exception as error:  # add_request validates: hand its message to the caller
             for rid in added:

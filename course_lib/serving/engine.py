@@ -44,6 +44,7 @@ from course_lib.serving.model_runner import Chunk, ModelRunner
 from course_lib.serving.request import Completion, Request, RequestOutput, sample_rows, token_logprobs
 from course_lib.serving.scheduler import Scheduler
 from course_lib.serving.verify import SpeculativeStats, verify
+from course_lib.serving.xray import RequestXray
 from course_lib.tokenization.chat_template import end_token_ids
 from course_lib.validation import positive_int
 
@@ -118,7 +119,8 @@ class Engine:
 
     def add_request(self, prompt, params: SamplingParams, *, request_id: Hashable | None = None,
                     guide=None, generator: torch.Generator | None = None,
-                    eos_ids: Sequence[int] | None = None, logprobs: int | None = None) -> Hashable:
+                    eos_ids: Sequence[int] | None = None, logprobs: int | None = None,
+                    xray: RequestXray | None = None) -> Hashable:
         """Queue a prompt (token ids, a rendered chat string or chat messages); return its id.
 
         The context window caps the reply: at most ``max_seq_len - len(prompt)`` tokens, then
@@ -128,6 +130,8 @@ class Engine:
         ``params.seed``); requests given the same one draw from it in turn. ``eos_ids``
         replaces the tokenizer's end tokens for this request (``()``: none). ``logprobs``
         (0..20) puts each token's log-probability, and that many alternatives, in its outputs.
+        ``xray`` (a fresh ``serving.xray.RequestXray``) records what every stage did for this
+        request: its passes, blocks, distributions and draws, and what ended it.
         """
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -138,6 +142,9 @@ class Engine:
             if params.stop:
                 raise ValueError("stop strings need text, and this engine has no tokenizer; use "
                                  "stop_token_ids, or build the Engine with a tokenizer")
+        if xray is not None and (not isinstance(xray, RequestXray) or xray.request_id is not None):
+            raise TypeError("xray must be a fresh RequestXray() (one per request), got "
+                            f"{type(xray).__name__}{'' if not isinstance(xray, RequestXray) else ' already in use'}")
         if guide is not None:
             if not all(hasattr(guide, a) for a in ("masks", "next_state", "initial_state", "eos_id")):
                 raise TypeError(f"guide must be a course_lib.structured RegexGuide or JSONGuide, got "
@@ -167,10 +174,12 @@ class Engine:
         stops = ends | set(params.stop_token_ids) if guide is None else {guide.eos_id}
         request = Request(request_id, prompt_ids, params, vocab_size=vocab, device=self.model.device,
                           guide=guide, generator=generator, logprobs=logprobs, max_tokens=max_tokens,
-                          stop_token_ids=stops)
+                          stop_token_ids=stops, xray=xray)
         # add() checks the request fits the pool; nothing is recorded before it succeeds.
         self.scheduler.add(request)
         self._requests[request_id] = request
+        if xray is not None:
+            xray.admit(request)
         return request_id
 
     def abort(self, request_id: Hashable) -> RequestOutput:
@@ -182,6 +191,8 @@ class Engine:
                              "finished")
         self.scheduler.abort(request_id)
         del self._requests[request_id]
+        if req.xray is not None:
+            req.xray.finished(req, "abort", pool_used=self.block_manager.num_used_blocks)
         self.speculation.release(request_id)
         return RequestOutput(request_id, (), req.finish_text("abort"), True, "abort")
 
@@ -211,12 +222,21 @@ class Engine:
                   for e in out.scheduled]
         logits = self.runner.run(chunks)  # (M, V): one row per sampling chunk, 1 + k per verify
         self.num_steps += 1
+        self._xray_pass(out)
         samplers = [e for e in out.scheduled if e.samples]
         sampled = self._sample(samplers, logits, drafts)
         sizes = {e.seq.request_id: len(e.seq.output_token_ids) for e in samplers}
         finished = self.scheduler.update(out, sampled)  # each sequence carries its own end tokens
         self.speculation.settle(out.preempted, finished, [e.seq for e in samplers if e.seq.request_id in drafts])
         return [self._emit(e.seq, e.seq.output_token_ids[sizes[e.seq.request_id]:]) for e in samplers]
+
+    def _xray_pass(self, out) -> None:
+        """Tell the X-rayed requests of this pass what it computed, beside whom, in which blocks."""
+        used = None
+        for e in out.scheduled:
+            if e.seq.xray is not None:
+                used = self.block_manager.num_used_blocks if used is None else used
+                e.seq.xray.pass_done(self.num_steps, e, len(out.scheduled), out.num_batched_tokens, used)
 
     def _sample(self, samplers, logits: torch.Tensor, drafts: dict) -> dict:
         """{request id: token} for plain rows (one batched sampling call), {request id: [tokens]}
@@ -228,6 +248,8 @@ class Engine:
             n = 1 + len(e.draft_token_ids)
             if req.logprobs is not None:
                 req.step_logits = logits[row:row + n]
+            if req.xray is not None:  # before the draw moves the generator on
+                req.xray.before_draw(req, logits[row:row + n], speculative=bool(e.draft_token_ids))
             if e.draft_token_ids:
                 tokens = verify(req, logits[row:row + n], e.draft_token_ids, drafts[req.request_id])
                 self.speculative_stats.record(len(e.draft_token_ids), len(tokens) - 1)
@@ -254,6 +276,8 @@ class Engine:
         if req.logprobs is not None:
             logprobs = token_logprobs(req.step_logits, kept, req.logprobs)
             req.step_logits = None
+        if req.xray is not None:
+            req.xray.emitted(kept, self.num_steps)
         reason = None
         if req.stopped and not req.is_finished:
             self.scheduler.finish(rid, "stop")
@@ -263,6 +287,9 @@ class Engine:
             text += req.finish_text(reason)
             reason = "stop" if req.stopped else reason  # the cut's last bytes may complete a stop string
             del self._requests[rid]
+            if req.xray is not None:
+                req.xray.finished(req, reason, pool_used=self.block_manager.num_used_blocks, end_ids=self.eos_ids,
+                                  window=self.window)
         return RequestOutput(rid, tuple(kept), text, reason is not None, reason, logprobs)
 
     def _bytes(self, token: int) -> bytes:

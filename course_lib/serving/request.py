@@ -76,12 +76,12 @@ class Request(Sequence):
     end it with "stop" (the engine passes its end tokens and the request's stop tokens)."""
 
     __slots__ = ("params", "logprobs", "step_logits", "guide", "guide_state", "vocab_size", "generator",
-                 "output_counts", "seen_counts", "decoder", "matcher")
+                 "output_counts", "seen_counts", "decoder", "matcher", "xray")
 
     def __init__(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams, *,
                  vocab_size: int, device=None, guide=None, generator: torch.Generator | None = None,
                  logprobs: int | None = None, max_tokens: int | None = None,
-                 stop_token_ids: Collection[int] = ()):
+                 stop_token_ids: Collection[int] = (), xray=None):
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"logprobs must be an int in 0..{MAX_TOP_LOGPROBS} (how many alternatives to "
@@ -111,6 +111,7 @@ class Request(Sequence):
             self.seen_counts = token_counts([self.prompt_token_ids], vocab_size, device=device)  # (1, V)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.matcher = StopSequenceMatcher(params.stop)
+        self.xray = xray  # a serving.xray.RequestXray the engine writes to, or None
 
     @property
     def prompt_ids(self) -> list[int]:

@@ -14,6 +14,7 @@ tooltip names the tokens it spans.
 from __future__ import annotations
 
 import html as html_lib
+import re
 
 PALETTE = ("#fde68a", "#bfdbfe", "#bbf7d0", "#fbcfe8", "#ddd6fe", "#fed7aa")
 
@@ -22,6 +23,20 @@ def token_pieces(text: str, encoding) -> list[str]:
     """The text of each token (bytes that are not whole characters show as U+FFFD)."""
     ids = encoding.encode_ordinary(text)
     return [encoding.decode_bytes([i]).decode("utf-8", "replace") for i in ids]
+
+
+def visible_token(raw: bytes) -> str:
+    """A token's bytes as text a reader can see: spaces as "·", newlines "↵", tabs "→", and
+    bytes that are not a whole UTF-8 character as <0xNN> (a piece of an emoji, say).
+
+    >>> visible_token(b" the"), visible_token(b"\\n"), visible_token("🎉".encode()[:2])
+    ('·the', '↵', '<0xF0><0x9F>')
+    >>> visible_token(b"\\\\x41")              # a backslash in the text stays text
+    '\\\\x41'
+    """
+    text = raw.decode("utf-8", errors="surrogateescape")  # a stray byte 0xNN becomes U+DCNN
+    text = text.replace(" ", "·").replace("\n", "↵").replace("\t", "→")
+    return re.sub("[\udc80-\udcff]", lambda m: f"<0x{ord(m.group()) - 0xDC00:02X}>", text)
 
 
 def _visible(chars: str) -> str:

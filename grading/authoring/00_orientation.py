@@ -71,6 +71,26 @@ from course_lib.diagrams import request_pipeline
 request_pipeline();
 
 # %% [markdown]
+# ## Press Enter and watch
+#
+# Here is the whole path for a message of your own. The panel below runs the course's small
+# model, `tinychat`, in this kernel through the same serving engine the later notebooks take
+# apart, and records what each stage did for your request while it ran: the prompt as token
+# chips (the chat template's role markers in blue), the time to the first token, every
+# generated token with the probability it was drawn at, how many blocks of KV memory the
+# request held at each step, and why the reply ended. Click a generated token to see the
+# distribution it came from, before and after the sampling rules. Type a message and press
+# Enter; it has already sent one.
+#
+# Most of what it shows is explained over the next eight notebooks. Come back to it after each
+# one: the panel stays the same, but you will be able to read more of it.
+
+# %%
+from course_lib.xray.panel import xray_panel
+
+xray_panel("What is 2 + 2?")
+
+# %% [markdown]
 # ## Where the network's behaviour comes from
 #
 # The weights that steps 3 to 7 use are made in three stages, each starting from the last:

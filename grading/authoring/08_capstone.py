@@ -857,6 +857,21 @@ from course_lib.drills.cards import show_probes
 show_probes("08_capstone")
 
 # %% [markdown]
+# ## The request, X-rayed
+#
+# Notebook 00 opened with this panel; it is the same one, on the same engine. Send it the
+# capstone's question and compare what you see with the pipeline above: the panel sends the
+# bare question, with no passages, no grammar and no grounding check, so nothing stands
+# between the model's guess and the reply. Every stage it shows is now one you have built:
+# the template and its tokens, prefill and decode, the sampling rules behind each token, the
+# KV blocks taken and returned, and what ended the reply.
+
+# %%
+from course_lib.xray.panel import xray_panel
+
+xray_panel(question, model=model, tokenizer=tokenizer)
+
+# %% [markdown]
 # ## The drills: every topic
 #
 # The panel below draws from the whole course: numeric problems on every topic (KV bytes for a

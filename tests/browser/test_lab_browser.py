@@ -165,6 +165,32 @@ def test_sampling_widget_renders_and_redraws_without_any_exercise_solved(learner
     _snap(page, artifacts, "04-widget-after-slider")
 
 
+def test_the_xray_panel_of_notebook_00_answers_a_message_typed_into_it(learner_lab, page, artifacts):
+    notebook = _load("00_orientation")
+    (index,) = [i for i, cell in enumerate(notebook["cells"])
+                if cell["cell_type"] == "code" and "xray_panel(" in _source(cell)]
+    open_notebook(page, learner_lab.url("lab/tree/notebooks/00_orientation.ipynb", reset_workspace=True),
+                  len(notebook["cells"]))
+    run_cell(page, index)  # the cell imports what it needs: it runs in a fresh kernel on its own
+    wait_until_idle(page)
+    panel = page.locator(f"{NOTEBOOK} .course-xray-panel")
+    panel.locator(".xr details").first.wait_for(state="visible", timeout=60_000)  # its first message's tokens
+    box = panel.locator("input[type=text]")
+    box.fill("Tell me about <b>bold</b> cats")
+    box.press("Enter")
+    page.wait_for_function(
+        "panel => { const chat = document.querySelector(panel).textContent;"
+        " return chat.includes('Tell me about <b>bold</b> cats') && chat.includes('finish reason')"
+        " && (chat.match(/user:/g) || []).length === 2; }",
+        arg=f"{NOTEBOOK} .course-xray-panel", timeout=60_000)
+    assert panel.locator("b", has_text="bold").count() == 0  # the message is text, not markup
+    panel.locator(".xr details summary").first.click()
+    assert panel.locator(".xr details[open] table").count() >= 3  # model, after the rules, drawn from
+    assert "KV blocks held after the end: 0" in panel.inner_text()
+    panel.scroll_into_view_if_needed()
+    _snap(page, artifacts, "00-xray-panel")
+
+
 def test_learner_lab_hides_nbgrader_and_the_news_prompt(learner_lab, page, artifacts):
     open_notebook(page, learner_lab.url("lab/tree/notebooks/00_orientation.ipynb", reset_workspace=True),
                   len(_load("00_orientation")["cells"]))
