@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from course_lib.api.metrics import ServerMetrics
+from course_lib.context.trace_log import TraceLog
 from course_lib.api.openai_protocol import (ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
                                             ChatMessageOut, ChunkChoice, CompletionChoice, CompletionRequest, Delta,
                                             DetokenizeRequest, JsonSchemaFormat, OpenAIError, TextCompletion,
@@ -40,6 +41,7 @@ from course_lib.tools import Tool, ToolCall, ToolRegistry, from_openai_messages,
 from course_lib.tools.wire import parse_tinychat_tool_call
 from course_lib.xray import xray_document
 from course_lib.xray.attention import token_attention
+from course_lib.xray.trace import last_entry, trace_record, weights_fingerprint
 
 __all__ = ["OpenAIService"]
 
@@ -55,6 +57,8 @@ class _Xrayed:
     records: list[RequestXray]
     schema: dict | None
     choices: list
+    user_message: str
+    traces: list | None = None  # each choice's trace log entry, once the request has ended
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,11 @@ class _Choice:
 class OpenAIService:
     """What the routes do: requests -> engine submissions -> OpenAI responses."""
 
-    def __init__(self, engine: Engine, async_engine: AsyncEngine, metrics: ServerMetrics, model_name: str):
+    def __init__(self, engine: Engine, async_engine: AsyncEngine, metrics: ServerMetrics, model_name: str, *,
+                 trace_log: TraceLog | None = None):
         self.engine, self.async_engine, self.metrics, self.model_name = engine, async_engine, metrics, model_name
+        self.trace_log = trace_log  # where X-rayed requests leave their trace records, or None
+        self._weights_sha256: str | None = None
         self.tokenizer = engine.tokenizer
         self.created = int(time.time())
         (self.tool_call_id,) = self.tokenizer.encode(TOOL_CALL, allowed_special={TOOL_CALL})
@@ -152,12 +159,15 @@ class OpenAIService:
         choices = [_Choice(tool_names=names, forced=forced, end_ids=self._end_ids(body, guide),
                            tool_call_id=self.tool_call_id) for _ in range(body.n or 1)]
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        ended = None
         if xrays is not None:
-            self._keep_xray(rid, _Xrayed(xrays, None if guide is None else guide.schema, choices))
+            self._keep_xray(rid, _Xrayed(xrays, None if guide is None else guide.schema, choices,
+                                         _last_user_message(messages)))
+            ended = lambda: self._trace(rid)  # noqa: E731
         if body.stream:
             chunks = self._chat_chunks(stream, choices, body, rid, created, len(prompt_ids), arrived)
-            return EventSourceResponse(self._sse(chunks, stream, choices), sep="\n")
-        await self._collect(stream, choices, arrived, request)
+            return EventSourceResponse(self._sse(chunks, stream, choices, ended), sep="\n")
+        await self._collect(stream, choices, arrived, request, ended)
         lp = (lambda c: chat_logprobs(c.logprobs, self.token_bytes)) if body.logprobs else (lambda c: None)
         return JSONResponse(ChatCompletion(
             id=rid, created=created, model=self.model_name,
@@ -278,6 +288,7 @@ class OpenAIService:
             extra = {"reply": None if end is None else {"finish_reason": end.reason, "content": end.content,
                                                          "tool_call": None if end.call is None else
                                                          openai_tool_call(end.call)}}
+            extra["trace"] = None if kept.traces is None else kept.traces[len(docs)]
             docs.append(xray_document(record, self.tokenizer, num_blocks=self.engine.block_manager.num_blocks,
                                       schema=kept.schema, extra=extra))
         return {"id": completion_id, "object": "course.xray", "choices": docs}
@@ -302,6 +313,21 @@ class OpenAIService:
         return {"num_blocks": manager.num_blocks, "block_size": manager.block_size,
                 "num_used_blocks": snap.num_used_blocks, "num_running": snap.num_running,
                 "num_waiting": snap.num_waiting, "prefix_cache_hit_rate": snap.prefix_cache_hit_rate}
+
+    def _trace(self, completion_id: str) -> None:
+        """The request has ended (or its client left): one trace line per choice, kept for the X-ray."""
+        kept = self._xrays.get(completion_id)
+        if self.trace_log is None or kept is None or kept.traces is not None:
+            return
+        if self._weights_sha256 is None:
+            self._weights_sha256 = weights_fingerprint(self.engine.model)
+        traces = []
+        for record in kept.records:
+            doc = xray_document(record, self.tokenizer, schema=kept.schema)
+            self.trace_log.append(trace_record(doc, request_id=completion_id, model_name=self.model_name,
+                                               weights_sha256=self._weights_sha256, user_message=kept.user_message))
+            traces.append(last_entry(self.trace_log.path))
+        kept.traces = traces
 
     def _keep_xray(self, completion_id: str, xrayed: _Xrayed) -> None:
         self._xrays[completion_id] = xrayed
@@ -417,7 +443,7 @@ class OpenAIService:
                 self.metrics.requests.labels(choices[index].end.reason).inc()
             yield index, text, entries, choices[index].end if output.finished else None
 
-    async def _collect(self, stream, choices, arrived: float, request: Request) -> None:
+    async def _collect(self, stream, choices, arrived: float, request: Request, ended=None) -> None:
         """Run a non-streaming request to its end; abort it if the client hangs up first."""
         async def drain():
             async for _ in self._events(stream, choices, arrived):
@@ -437,9 +463,9 @@ class OpenAIService:
         except EngineStopped as error:
             raise _unavailable(error) from None
         finally:
-            self._abandon(stream, choices)
+            self._abandon(stream, choices, ended)
 
-    async def _sse(self, payloads, stream, choices):
+    async def _sse(self, payloads, stream, choices, ended=None):
         """Around an SSE payload generator: a shutdown becomes an error event, and a client that
         left (this generator cancelled or closed) aborts the request, which frees its blocks."""
         try:
@@ -449,13 +475,15 @@ class OpenAIService:
             yield json.dumps(_unavailable(error).body())
             yield "[DONE]"
         finally:
-            self._abandon(stream, choices)
+            self._abandon(stream, choices, ended)
 
-    def _abandon(self, stream, choices) -> None:
+    def _abandon(self, stream, choices, ended=None) -> None:
         for choice in choices:
             if choice.end is None:
                 self.metrics.requests.labels("abort").inc()
         stream.abort()  # a no-op once every choice has finished
+        if ended is not None:
+            ended()
 
     def token_bytes(self, token: int) -> bytes:
         raw = self._token_bytes.get(token)
@@ -473,6 +501,11 @@ def _usage_options(body, choices: list[_Choice], prompt_len: int):
     if not (with_usage and options.continuous_usage_stats):
         return with_usage, lambda index: None
     return True, lambda index: None if index is None else Usage.of(prompt_len, choices[index].num_tokens)
+
+
+def _last_user_message(messages) -> str:
+    users = [m.get("content") or "" for m in messages if m.get("role") == "user"]
+    return users[-1] if users else ""
 
 
 def _wants_xray(request: Request) -> bool:

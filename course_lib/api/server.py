@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hmac
+from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,6 +38,7 @@ from course_lib.api.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from course_lib.api.openai_protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest, OpenAIError,
                                             TokenizeRequest, validation_error)
 from course_lib.api.openai_service import OpenAIService
+from course_lib.context.trace_log import TraceLog
 from course_lib.serving.async_engine import AsyncEngine
 from course_lib.serving.engine import Engine
 from course_lib.xray import STATIC
@@ -50,11 +52,13 @@ DEFAULT_MAX_NUM_SEQS = 128
 # --- the app -------------------------------------------------------------------------------------
 
 def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str | None = None,
-               max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_waiting: int = 128, speculative=None) -> FastAPI:
+               max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_waiting: int = 128, speculative=None,
+               trace_log: str | Path | None = None) -> FastAPI:
     """The server as an ASGI app over a new Engine on ``model`` (the engine's thread starts and
     stops with the app's lifespan). ``api_key``: every /v1 request must send
     ``Authorization: Bearer <api_key>``. ``max_waiting``: requests beyond the ``max_num_seqs``
-    running ones that may wait; more get 429. ``speculative`` as in ``Engine``."""
+    running ones that may wait; more get 429. ``speculative`` as in ``Engine``. ``trace_log``: a
+    file where every X-rayed request leaves its redacted, hash-chained trace line (None: none)."""
     if tokenizer is None:
         raise ValueError("the server needs the model's tokenizer (load_tokenizer(name)) to read and write text")
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
@@ -62,7 +66,8 @@ def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str |
     engine = Engine(model, tokenizer, max_num_seqs=max_num_seqs, speculative=speculative)
     async_engine = AsyncEngine(engine, max_waiting=max_waiting)
     metrics = ServerMetrics(lambda: async_engine.snapshot)
-    service = OpenAIService(engine, async_engine, metrics, model_name)
+    service = OpenAIService(engine, async_engine, metrics, model_name,
+                            trace_log=None if trace_log is None else TraceLog(trace_log))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -196,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests")
     parser.add_argument("--speculative", choices=("ngram", "draft"), default=None,
                         help="speculative decoding: prompt lookup, or the model's draft (<model>-draft), k=4")
+    parser.add_argument("--trace-log", default=None, metavar="FILE",
+                        help="where the chat page's requests leave their redacted, hash-chained trace lines "
+                             "(default: a new file in a temporary folder, printed at start)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="where the model runs (default: CUDA when available, else CPU)")
     return parser
@@ -203,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     import sys
+    import tempfile
 
     import uvicorn
 
@@ -217,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             speculative = {"method": "ngram", "k": 4}
         elif args.speculative == "draft":
             speculative = {"method": "draft", "model": load_model(f"{args.model}-draft", device=model.device), "k": 4}
+        trace_log = args.trace_log or Path(tempfile.mkdtemp(prefix="course-serve-")) / "trace.jsonl"
         app = create_app(model, tokenizer, model_name=args.model, api_key=args.api_key,
-                         max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting, speculative=speculative)
+                         max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting, speculative=speculative,
+                         trace_log=trace_log)
     except (OSError, RuntimeError, TypeError, ValueError) as error:  # unknown model, missing weights, no CUDA
         print(f"course serve: {error}", file=sys.stderr)
         return 2
@@ -230,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5))
     print(f"serving {args.model} at http://{args.host}:{args.port}/v1 (Ctrl-C stops it)", flush=True)
-    print(f"chat with it and watch each request's X-ray at http://{args.host}:{args.port}/", flush=True)
+    print(f"chat with it and watch each request's X-ray at http://{args.host}:{args.port}/ "
+          f"(trace lines in {trace_log})", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled, once it has shut down

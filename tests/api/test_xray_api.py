@@ -184,3 +184,22 @@ def test_a_tokens_attention_is_a_second_pass_over_exactly_the_sequence_it_was_dr
     bad = client.get(f"/course/xray/{completion['id']}/attention", params={"token": 99})
     assert bad.status_code == 400 and "outside the reply" in bad.json()["error"]["message"]
     assert client.get("/course/xray/nope/attention", params={"token": 0}).status_code == 404
+
+
+def test_an_xrayed_request_leaves_a_redacted_chained_trace_line_shown_in_its_xray(model, tok, tmp_path):
+    from course_lib.context.trace_log import verify
+
+    path = tmp_path / "trace.jsonl"
+    with TestClient(create_app(model, tok, trace_log=path)) as traced:
+        messages = [{"role": "user", "content": "My email is ann@example.com. What is 2 + 2?"}]
+        first = chat(traced, temperature=0, messages=messages)
+        second = chat(traced, temperature=0, messages=messages)
+        doc = xray_of(traced, second)
+        assert chat(traced, headers={}, temperature=0)  # not X-rayed: no trace line
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and verify(path).ok
+    assert "ann@example.com" not in path.read_text() and "[EMAIL]" in doc["trace"]["record"]["metadata"]["user_message"]
+    assert doc["trace"] == __import__("json").loads(lines[1])
+    assert doc["trace"]["prev"] == __import__("json").loads(lines[0])["hash"]
+    assert doc["trace"]["record"]["request_id"] == second["id"] != first["id"]
+    assert doc["trace"]["record"]["tokens"] == {"prompt": doc["prompt"]["count"], "completion": len(doc["tokens"])}

@@ -19,8 +19,9 @@ LONG = {"max_tokens": "300", "ignore_eos": True}  # a reply that runs to max_tok
 
 
 @slow_fixture(scope="module")
-def chat_url():
-    app = create_app(load_model("tinychat", device="cpu"), load_tokenizer("tinychat"), max_num_seqs=2, max_waiting=0)
+def chat_url(tmp_path_factory):
+    app = create_app(load_model("tinychat", device="cpu"), load_tokenizer("tinychat"), max_num_seqs=2, max_waiting=0,
+                     trace_log=tmp_path_factory.mktemp("trace") / "trace.jsonl")
     with _serve(app) as url:
         yield url
 
@@ -77,6 +78,7 @@ def test_a_message_streams_its_reply_and_every_stage_of_its_xray(page, chat_url,
     assert "time to first token" in page.inner_text("#timing-summary")
     assert page.get_attribute("#steps", "data-blocks-after") == "0"
     assert "end token: <|end|>" in page.inner_text("#finish")
+    assert "trace record (redacted)" in page.inner_text("#finish") and '"final_state": "answered"' in page.inner_text("#finish")
     assert used_blocks(chat_url) == 0
     page.screenshot(path=str(artifacts / "chat-xray.png"), full_page=True)
 

@@ -377,6 +377,10 @@ function renderFinish(doc) {
   if (doc.validation) add("schema check", doc.validation.message, doc.validation.ok ? "ok" : "bad");
   if (doc.reply && doc.reply.tool_call) add("tool call", `${doc.reply.tool_call.function.name}(${doc.reply.tool_call.function.arguments})`);
   add("seed", doc.params.seed === null ? "none" : String(doc.params.seed));
+  if (doc.trace) {
+    add("trace line", `hash ${doc.trace.hash.slice(0, 16)}…, chained to ${doc.trace.prev.slice(0, 16)}…`);
+    add("trace record (redacted)", JSON.stringify(doc.trace.record, null, 1));
+  }
   $("finish").replaceChildren(...rows);
 }
 
