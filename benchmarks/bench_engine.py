@@ -13,8 +13,9 @@ long system prompt, prefix caching on vs off (goal >= 5x).
 Then int8 weight-only quantization served by the same engine: weight bytes (goal <= 0.3x of the
 linear layers), tokens/s, and held-out greedy accuracy against fp32. Then speculative decoding,
 one request at a time (the latency case): acceptance rate, tokens per target forward pass and
-wall-clock speedup for prompt lookup and the tinychat-draft model. Last, determinism: how often
+wall-clock speedup for prompt lookup and the tinychat-draft model. Then determinism: how often
 batching changes a greedy reply, and what ``batch_invariant=True`` (which makes it never) costs.
+And what the request X-ray (course_lib.serving.xray) costs when every request asks for one.
 
     python benchmarks/bench_engine.py [--requests 64] [--threads 2]
 """
@@ -31,7 +32,7 @@ from course_lib.model import load_model, load_tokenizer
 from course_lib.model.hf import to_hf_llama
 from course_lib.sampling import SamplingParams
 from course_lib.generation.generate import default_eos_ids
-from course_lib.serving import Engine
+from course_lib.serving import Engine, RequestXray
 from course_lib.tokenization.chat_template import encode_chat
 
 MAX_NEW = 64
@@ -206,6 +207,30 @@ def determinism_section(model, tokenizer, n_requests: int = 64) -> None:
           "(goal: zero changed replies, cost measured)")
 
 
+def xray_section(model, tokenizer, n_requests: int = 16) -> None:
+    """Tokens/s with every request X-rayed vs none, batched and sampled, runs interleaved."""
+    prompts = [c.prompt_messages for c in heldout_split(n_requests // 5 + 1)[:n_requests]]
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=1, max_new_tokens=MAX_NEW)
+
+    def run(xrayed: bool):
+        engine = Engine(model, tokenizer)
+        ids = [engine.add_request(p, params, xray=RequestXray() if xrayed else None) for p in prompts]
+        tokens = 0
+        while engine.has_unfinished():
+            tokens += sum(len(o.token_ids) for o in engine.step())
+        return tokens, len(ids)
+
+    times = {False: [], True: []}
+    for _ in range(3):  # interleaved, so a busy moment hits both
+        for xrayed in (False, True):
+            (tokens, _), seconds = timed(lambda: run(xrayed))
+            times[xrayed].append((tokens, seconds))
+    rate = {x: sorted(t / s for t, s in runs)[1] for x, runs in times.items()}  # the median of three
+    print(f"\nrequest X-ray: {n_requests} held-out requests batched, sampled; median of 3 interleaved runs")
+    print(f"  none X-rayed {rate[False]:.0f} tokens/s, all X-rayed {rate[True]:.0f} tokens/s: "
+          f"the X-ray costs {rate[False] / rate[True]:.2f}x (three distributions and a draw copy per token)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=64)
@@ -219,6 +244,7 @@ def main() -> None:
     int8_section(model, tokenizer)
     speculative_section(model, tokenizer)
     determinism_section(model, tokenizer)
+    xray_section(model, tokenizer)
 
 
 if __name__ == "__main__":
