@@ -122,7 +122,9 @@ class OpenAIService:
         self._weights_sha256: str | None = None
         self.tokenizer = engine.tokenizer
         self.created = int(time.time())
-        (self.tool_call_id,) = self.tokenizer.encode(TOOL_CALL, allowed_special={TOOL_CALL})
+        # tinychat's call marker; a checkpoint's tokenizer without one returns no tool calls
+        self.tool_call_id = (self.tokenizer.encode(TOOL_CALL, allowed_special={TOOL_CALL})[0]
+                             if TOOL_CALL in self.tokenizer.special_tokens_set else None)
         self._token_bytes: dict[int, bytes] = {}
         self._guides: OrderedDict[str, JSONGuide] = OrderedDict()  # the last 32 schemas' guides
         self._xrays: OrderedDict[str, _Xrayed] = OrderedDict()
@@ -146,6 +148,9 @@ class OpenAIService:
         except (TypeError, ValueError) as error:
             raise OpenAIError(400, str(error), param="messages") from None
         guide = None
+        if forced and self.tool_call_id is None:
+            raise OpenAIError(400, f"{self.model_name}'s tokenizer has no {TOOL_CALL} marker, so this server cannot "
+                                   "force a tool call; use tool_choice 'auto' or 'none'", param="tool_choice")
         if forced:
             prompt_ids.append(self.tool_call_id)  # the reply starts inside the call
             guide = await self._guide(_call_schema(registry, body.tool_choice), "tools")

@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="course serve", description="Serve a course model over an "
                                      "OpenAI-compatible HTTP API (chat completions, completions, models, "
                                      "health, Prometheus metrics).")
-    parser.add_argument("--model", default="tinychat", help="the course model to serve (default: tinychat)")
+    parser.add_argument("--model", default="tinychat", help="the course model to serve, or a local Hugging Face "
+                        "checkpoint folder (Llama, Mistral, SmolLM2, Qwen2, Qwen3) (default: tinychat)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1; "
                         "0.0.0.0 exposes the server to your network)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.speculative == "draft":
             speculative = {"method": "draft", "model": load_model(f"{args.model}-draft", device=model.device), "k": 4}
         trace_log = args.trace_log or Path(tempfile.mkdtemp(prefix="course-serve-")) / "trace.jsonl"
-        app = create_app(model, tokenizer, model_name=args.model, api_key=args.api_key,
+        served_name = Path(args.model).expanduser().name if Path(args.model).expanduser().is_dir() else args.model
+        app = create_app(model, tokenizer, model_name=served_name, api_key=args.api_key,
                          max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting, speculative=speculative,
                          trace_log=trace_log)
     except (OSError, RuntimeError, TypeError, ValueError) as error:  # unknown model, missing weights, no CUDA
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=5))
-    print(f"serving {args.model} at http://{args.host}:{args.port}/v1 (Ctrl-C stops it)", flush=True)
+    print(f"serving {served_name} at http://{args.host}:{args.port}/v1 (Ctrl-C stops it)", flush=True)
     print(f"chat with it and watch each request's X-ray at http://{args.host}:{args.port}/ "
           f"(trace lines in {trace_log})", flush=True)
     try:

@@ -37,7 +37,10 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *,
-                 head_dim: int | None = None, bias: bool = False):
+                 head_dim: int | None = None, bias: bool = False, qkv_bias: bool | None = None, qk_norm=None):
+        """``bias``: every projection has one; ``qkv_bias`` (default: ``bias``) only q, k and v
+        (Qwen2). ``qk_norm``: a factory ``head_dim -> module`` whose modules normalise each
+        head's queries and keys before the rotation (Qwen3's q_norm and k_norm)."""
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads < 1 or n_kv_heads < 1 or n_heads % n_kv_heads:
@@ -47,16 +50,22 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"d_model {d_model} is not divisible by n_heads {n_heads}; pass head_dim")
             head_dim = d_model // n_heads
         self.d_model, self.n_heads, self.n_kv_heads, self.head_dim = d_model, n_heads, n_kv_heads, head_dim
-        self.q_proj = nn.Linear(d_model, n_heads * head_dim, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=bias)
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.q_proj = nn.Linear(d_model, n_heads * head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(n_heads * head_dim, d_model, bias=bias)
+        self.q_norm = self.k_norm = None
+        if qk_norm is not None:
+            self.q_norm, self.k_norm = qk_norm(head_dim), qk_norm(head_dim)
 
     def project_qkv(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
         """x (B, T, d_model) -> q (B, H, T, D), k and v (B, Hkv, T, D), rotated if tables are given."""
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, D)
         k = split_heads(self.k_proj(x), self.n_kv_heads)  # (B, Hkv, T, D)
         v = split_heads(self.v_proj(x), self.n_kv_heads)  # (B, Hkv, T, D)
+        if self.q_norm is not None:  # per head, over D
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             cos, sin = rotary  # (T, D) each, for the absolute positions of these T tokens
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

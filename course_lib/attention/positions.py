@@ -13,12 +13,15 @@ without permuting weights.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 __all__ = [
     "sinusoidal_positions",
     "rope_inverse_frequencies",
+    "llama3_frequencies",
     "rope_cos_sin",
     "rotate_half",
     "apply_rotary",
@@ -56,8 +59,28 @@ def rope_inverse_frequencies(head_dim: int, theta: float = 10000.0, *, device=No
     return 1.0 / (theta ** exponents)
 
 
+def llama3_frequencies(inv_freq: torch.Tensor, *, factor: float, low_freq_factor: float,
+                       high_freq_factor: float, original_max_position_embeddings: int) -> torch.Tensor:
+    """Llama 3's RoPE scaling: dimensions that turn fast (wavelength under the original context
+    / high_freq_factor) keep their speed, slow ones (wavelength over context / low_freq_factor)
+    turn ``factor`` times slower, and those in between blend the two by where they sit.
+
+    >>> f = llama3_frequencies(torch.tensor([1.0, 1e-3, 1e-5]), factor=8, low_freq_factor=1,
+    ...                        high_freq_factor=4, original_max_position_embeddings=8192)
+    >>> [round(x, 8) for x in f.tolist()]
+    [1.0, 0.00021361, 1.25e-06]
+    """
+    context = original_max_position_embeddings
+    wavelength = 2 * math.pi / inv_freq  # (D/2,) positions per full turn
+    slow = inv_freq / factor
+    # 0 at the slow edge (wavelength = context / low), 1 at the fast edge (context / high)
+    blend = ((context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
+    return torch.where(wavelength < context / high_freq_factor, inv_freq,
+                       torch.where(wavelength > context / low_freq_factor, slow, (1 - blend) * slow + blend * inv_freq))
+
+
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, theta: float = 10000.0,
-                 scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                 scaling: float = 1.0, llama3: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables (T, head_dim) in float32 for the given integer positions (T,).
 
     `scaling` > 1 divides the positions (linear position interpolation), one common way to
@@ -71,6 +94,8 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, *, theta: float = 10000
         raise ValueError(f"rope scaling factor must be positive, got {scaling}")
     # Slowing every rotation by `scaling` is the same as dividing the positions by it.
     inv_freq = rope_inverse_frequencies(head_dim, theta, device=positions.device) / scaling  # (D/2,)
+    if llama3 is not None:  # ``llama3``: the four settings of ``llama3_frequencies``
+        inv_freq = llama3_frequencies(inv_freq, **llama3)
     angles = positions.float().unsqueeze(1) * inv_freq.unsqueeze(0)  # (T, D/2)
     angles = torch.cat((angles, angles), dim=-1)  # (T, D): pair i and i + D/2 share an angle
     return angles.cos(), angles.sin()
@@ -110,11 +135,12 @@ class RotaryEmbedding(nn.Module):
     (2, 8)
     """
 
-    def __init__(self, head_dim: int, max_positions: int, *, theta: float = 10000.0, scaling: float = 1.0):
+    def __init__(self, head_dim: int, max_positions: int, *, theta: float = 10000.0, scaling: float = 1.0,
+                 llama3: dict | None = None):
         super().__init__()
         self.head_dim, self.max_positions = head_dim, max_positions
-        self.theta, self.scaling = theta, scaling
-        cos, sin = rope_cos_sin(torch.arange(max_positions), head_dim, theta=theta, scaling=scaling)
+        self.theta, self.scaling, self.llama3 = theta, scaling, llama3
+        cos, sin = rope_cos_sin(torch.arange(max_positions), head_dim, theta=theta, scaling=scaling, llama3=llama3)
         # Not part of the checkpoint: they are a pure function of the config. Kept in float32
         # even when the model is cast to bf16, so positions stay precise.
         self.register_buffer("cos", cos, persistent=False)
@@ -126,7 +152,7 @@ class RotaryEmbedding(nn.Module):
         super()._apply(fn, recurse)
         if self.cos.dtype != torch.float32:
             cos, sin = rope_cos_sin(torch.arange(self.max_positions, device=self.cos.device),
-                                    self.head_dim, theta=self.theta, scaling=self.scaling)
+                                    self.head_dim, theta=self.theta, scaling=self.scaling, llama3=self.llama3)
             self.cos, self.sin = cos, sin
         return self
 

@@ -35,6 +35,10 @@ class ModelConfig:
     rope_theta: float = 10000.0  # RoPE base: larger means slower rotations, longer wavelengths
     rope_scaling: float = 1.0  # linear position interpolation factor (>1 stretches the context)
     norm_eps: float = 1e-5  # RMSNorm epsilon, keeps the rsqrt finite for all-zero rows
+    rope_llama3: dict | None = None  # Llama 3's frequency-dependent RoPE scaling: factor, low_freq_factor,
+    # high_freq_factor, original_max_position_embeddings (None: off)
+    qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2)
+    qk_norm: bool = False  # RMSNorm of each head's queries and keys before RoPE (Qwen3)
     tie_embeddings: bool = True  # share one matrix between token embedding and output head
     init_std: float = 0.02  # std of the normal init for linear and embedding weights
 

@@ -18,7 +18,7 @@ import torch
 
 from course_lib.model.config import ModelConfig
 from course_lib.model.transformer import Transformer
-from course_lib.model.weights import _load_state_strict
+from course_lib.model.state import load_state_strict
 
 __all__ = ["from_hf_llama", "hf_llama_config", "hf_llama_state_dict", "to_hf_llama"]
 
@@ -70,7 +70,7 @@ def from_hf_llama(hf_model) -> Transformer:
         state[key.removeprefix("model.")] = tensor.detach()
     reference = next(iter(hf_model.parameters()))
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
-    _load_state_strict(model, {k: v.to("cpu", torch.float32) for k, v in state.items()}, "the Hugging Face model")
+    load_state_strict(model, {k: v.to("cpu", torch.float32) for k, v in state.items()}, "the Hugging Face model")
     return model.to(device=reference.device, dtype=reference.dtype).eval()
 
 

@@ -62,8 +62,9 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
-        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.n_kv_heads,
-                                            head_dim=config.head_dim)
+        self.self_attn = MultiHeadAttention(
+            config.d_model, config.n_heads, config.n_kv_heads, head_dim=config.head_dim, qkv_bias=config.qkv_bias,
+            qk_norm=(lambda dim: RMSNorm(dim, config.norm_eps)) if config.qk_norm else None)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = GatedMLP(config.d_model, config.d_ff)
 
@@ -91,7 +92,7 @@ class Transformer(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one matrix, read both ways
         self.rotary = RotaryEmbedding(config.head_dim, config.max_seq_len, theta=config.rope_theta,
-                                      scaling=config.rope_scaling)
+                                      scaling=config.rope_scaling, llama3=config.rope_llama3)
         self.init_weights(generator)
 
     @torch.no_grad()
@@ -101,8 +102,10 @@ class Transformer(nn.Module):
         std = self.config.init_std
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for name, param in self.named_parameters():
-            if name.endswith("layernorm.weight") or name == "norm.weight":
+            if name.endswith(("layernorm.weight", "_norm.weight")) or name == "norm.weight":
                 param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.zero_()
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
                 nn.init.normal_(param, 0.0, residual_std, generator=generator)
             else:

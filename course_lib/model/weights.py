@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from course_lib.model.config import CONFIGS, ModelConfig
+from course_lib.model.state import default_device, load_state_strict
 from course_lib.model.transformer import Transformer
 
 __all__ = ["WeightsNotFoundError", "data_dir", "save_model", "load_model", "load_tokenizer", "default_device",
@@ -41,11 +42,6 @@ class WeightsNotFoundError(FileNotFoundError):
 def data_dir(name: str) -> Path:
     """course_lib/data/<name>/, where the shipped model and tokenizer live."""
     return Path(__file__).resolve().parent.parent / "data" / name
-
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 REFERENCE_THREADS = 2  # the course's reference machine: two CPU cores
@@ -97,8 +93,15 @@ def load_model(name: str = "tinychat", device=None, dtype: torch.dtype | None = 
                directory: str | Path | None = None) -> Transformer:
     """The trained model `name` from course_lib/data/<name>/ (or from `directory`), in eval mode.
 
-    device defaults to CUDA when available, else CPU; dtype defaults to float32.
+    ``name`` may also be the path of a Hugging Face checkpoint directory (Llama, Mistral,
+    SmolLM2, Qwen2, Qwen3: ``course_lib.model.hf_checkpoint``). device defaults to CUDA when
+    available, else CPU; dtype defaults to float32.
     """
+    if directory is None and name not in CONFIGS:
+        directory = _local_directory(name)
+    if directory is not None and _is_hf(directory):
+        from course_lib.model.hf_checkpoint import load_hf_checkpoint
+        return load_hf_checkpoint(directory, device=device, dtype=dtype)
     if directory is None:
         if name not in CONFIGS:
             raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
@@ -112,9 +115,27 @@ def load_model(name: str = "tinychat", device=None, dtype: torch.dtype | None = 
     config = _read_config(config_path)
     state = _read_weights(weights_path)
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
-    _load_state_strict(model, state, weights_path)
+    load_state_strict(model, state, weights_path)
     device = default_device() if device is None else torch.device(device)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+def _is_hf(directory) -> bool:
+    from course_lib.model.hf_checkpoint import is_hf_checkpoint
+    return is_hf_checkpoint(directory)
+
+
+def _local_directory(name: str) -> Path:
+    """``name`` as a local checkpoint directory, or the error that says the course is offline."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if "/" in name and not path.exists() and not name.startswith((".", "/", "~")):
+        raise ValueError(f"{name!r} looks like a Hugging Face Hub id, and the course works offline: it never "
+                         "downloads. Point it at a local copy instead, e.g. the snapshot folder in your Hugging "
+                         f"Face cache (~/.cache/huggingface/hub/models--{name.replace('/', '--')}/snapshots/<hash>)")
+    raise ValueError(f"unknown model {name!r}: neither a course model ({', '.join(sorted(CONFIGS))}) nor a "
+                     "checkpoint directory that exists")
 
 
 def _read_config(path: Path) -> ModelConfig:
@@ -140,28 +161,17 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path} is corrupt or not a safetensors file ({err}); {_TRAIN_HINT} again") from err
 
 
-def _load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source) -> None:
-    """Copy `state` into model, refusing missing, unexpected or wrongly shaped tensors."""
-    expected = model.state_dict()
-    if model.config.tie_embeddings:
-        expected.pop("lm_head.weight")
-        state = {k: v for k, v in state.items() if k != "lm_head.weight"}  # tolerated: it is the same matrix
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"weights in {source} do not match the config: missing {missing[:5]}"
-                         f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
-                         f"{' ...' if len(unexpected) > 5 else ''}")
-    for key, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ValueError(f"weights in {source}: {key} has shape {tuple(tensor.shape)} but the config "
-                             f"needs {tuple(expected[key].shape)}")
-        if not tensor.is_floating_point():
-            raise ValueError(f"weights in {source}: {key} has dtype {tensor.dtype}, expected floating point")
-    model.load_state_dict(state, strict=False)  # strictness checked above, tied head allowed
+
 
 
 def load_tokenizer(name: str = "tinychat", *, directory: str | Path | None = None):
-    """The course BPE tokenizer saved beside the model in course_lib/data/<name>/."""
+    """The course BPE tokenizer saved beside the model in course_lib/data/<name>/, or the
+    tokenizer of a Hugging Face checkpoint directory (``HFTokenizer``)."""
+    if directory is None and name not in CONFIGS:
+        directory = _local_directory(name)
+    if directory is not None and (Path(directory) / "tokenizer.json").is_file() and _is_hf(directory):
+        from course_lib.tokenization.hf_tokenizer import HFTokenizer
+        return HFTokenizer.load(directory)
     if directory is None:
         if name not in CONFIGS:
             raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")

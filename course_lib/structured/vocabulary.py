@@ -85,6 +85,8 @@ class TokenVocabulary:
     @classmethod
     def _build(cls, tokenizer, eos_id: int | None) -> TokenVocabulary:
         specials = _special_ids(tokenizer)
+        if eos_id is None and getattr(tokenizer, "end_ids", ()):  # a checkpoint's tokenizer names its own
+            eos_id = tokenizer.end_ids[0]
         if eos_id is None:
             # A chat reply ends with <|end|>; a plain completion with <|endoftext|>.
             name = END if END in specials else END_OF_TEXT

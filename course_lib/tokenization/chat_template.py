@@ -45,6 +45,9 @@ def end_token_ids(tokenizer) -> tuple[int, ...]:
     >>> end_token_ids(tiktoken.get_encoding("cl100k_base"))   # <|end|> is not one of its specials
     (100257,)
     """
+    own = getattr(tokenizer, "end_ids", None)
+    if own is not None:  # a checkpoint's tokenizer (HFTokenizer): its generation config says
+        return tuple(own)
     specials = getattr(tokenizer, "special_tokens_set", None)
     if specials is None or not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must be a course BPETokenizer or a tiktoken Encoding (with "
@@ -89,8 +92,13 @@ def encode_chat(tokenizer, messages: Iterable[Mapping[str, str]], *, add_generat
     special IDs; the same characters inside a message's content are ordinary text. The one
     exception is the template's own: an assistant turn (written by the model, never by the
     user) may start with ``<|tool_call|>``.
-    Works with a course ``BPETokenizer`` or a ``tiktoken.Encoding`` that knows the markers.
+    Works with a course ``BPETokenizer`` or a ``tiktoken.Encoding`` that knows the markers; a
+    checkpoint's ``HFTokenizer`` renders its own template (``HFTokenizer.encode_chat``), with
+    the same rule for markers typed inside a message.
     """
+    if callable(getattr(tokenizer, "encode_chat", None)):  # a checkpoint's tokenizer: its own template
+        return tokenizer.encode_chat(messages, add_generation_prompt=add_generation_prompt)
+
     def marker(text: str) -> list[int]:
         return tokenizer.encode(text, allowed_special={text})
 
