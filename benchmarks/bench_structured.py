@@ -35,6 +35,7 @@ from course_lib.generation import generate
 from course_lib.structured.guide import JSONGuide, RegexGuide
 from course_lib.structured.schema import schema_to_regex
 from course_lib.structured.vocabulary import TokenVocabulary
+from course_lib.timing import median_seconds
 from course_lib.tokenization import get_encoding
 
 TICKET_SCHEMA = {
@@ -69,15 +70,6 @@ LOOKUP_CASES = [  # (name, regex, text that it accepts)
 ]
 
 
-def median_s(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def lookup_section(enc, ll_tokenizer, repeats: int) -> None:
     print("\nmask lookup per generated token, cl100k_base (walk a fixed token sequence)")
     print(f"{'regex':<15}{'tokens':>7}{'course us':>11}{'llguidance us':>15}{'ratio':>8}")
@@ -99,9 +91,9 @@ def lookup_section(enc, ll_tokenizer, repeats: int) -> None:
                 llguidance.numpy.fill_next_token_bitmask(matcher, bitmask, 0)
                 matcher.consume_token(token)
 
-        matcher_build = median_s(lambda: llguidance.LLMatcher(ll_tokenizer, grammar), repeats)
-        ours = median_s(course, repeats) / len(tokens) * 1e6
-        other = max(median_s(theirs, repeats) - matcher_build, 1e-9) / len(tokens) * 1e6
+        matcher_build = median_seconds(lambda: llguidance.LLMatcher(ll_tokenizer, grammar), repeats, warm_up=False)
+        ours = median_seconds(course, repeats, warm_up=False) / len(tokens) * 1e6
+        other = max(median_seconds(theirs, repeats, warm_up=False) - matcher_build, 1e-9) / len(tokens) * 1e6
         print(f"{name:<15}{len(tokens):>7}{ours:>11.1f}{other:>15.1f}{ours / other:>7.2f}x")
 
 
@@ -118,8 +110,8 @@ def compile_section(enc, repeats: int) -> None:
     pattern = schema_to_regex(TICKET_SCHEMA)
     grammar = llguidance.LLMatcher.grammar_from_regex(pattern)
     guides = []
-    ours = median_s(lambda: guides.append(JSONGuide(TICKET_SCHEMA, enc)), max(1, repeats // 2))
-    theirs = median_s(lambda: llguidance.LLMatcher(ll_tokenizer, grammar), repeats)
+    ours = median_seconds(lambda: guides.append(JSONGuide(TICKET_SCHEMA, enc)), max(1, repeats // 2), warm_up=False)
+    theirs = median_seconds(lambda: llguidance.LLMatcher(ll_tokenizer, grammar), repeats, warm_up=False)
     print(f"  course index: {ours:.2f} s for {guides[0].n_states} byte-DFA states (goal < 10 s); "
           f"llguidance matcher: {theirs * 1e3:.1f} ms; ratio {ours / theirs:.0f}x")
     return ll_tokenizer
@@ -142,8 +134,8 @@ def decode_section(repeats: int) -> None:
     free_params = SamplingParams(temperature=0, max_new_tokens=n)
     masked, free = [], []
     for _ in range(repeats):  # contenders interleaved, so drift in the machine hits both
-        masked.append(median_s(lambda: generate(model, tokenizer, messages, params, guide=guide), 1))
-        free.append(median_s(lambda: generate(model, tokenizer, messages, free_params, eos_ids=()), 1))
+        masked.append(median_seconds(lambda: generate(model, tokenizer, messages, params, guide=guide), 1))
+        free.append(median_seconds(lambda: generate(model, tokenizer, messages, free_params, eos_ids=()), 1))
     masked, free = statistics.median(masked), statistics.median(free)
     print(f"  {n} tokens: with mask {masked / n * 1e3:.2f} ms/token, without {free / n * 1e3:.2f} ms/token; "
           f"ratio {masked / free:.2f}x (goal <= 1.3x)")

@@ -13,9 +13,9 @@ included):
     xray                                       one request's X-ray: JSON, the chat page, a notebook panel
     tools                                      tool calls: registry, wire format, dispatch, agent loop
     structured context                         grammars and guides; window, retrieval, grounding, logs
-    generation request_trace train             decode loops over the engine; one request timed; training
+    generation request_trace train your_model  decode loops; one request timed; training; your own checkpoint
     serving                                    the engine: scheduler, paged KV blocks, runner, speculation
     model                                      the transformer, its KV cache, weights, two decode steps
     attention kv_memory data sampling orientation   attention; KV arithmetic; corpus; one sampling step
-    tokenization validation diagrams           tokenizers and chat template; argument checks; pictures
+    tokenization validation diagrams timing    tokenizers and chat template; argument checks; pictures; timing
 """

@@ -666,6 +666,25 @@ for batch in (1, 8, 64, 256):
 # steps directly.
 
 # %% [markdown]
+# ## Your own model (optional)
+#
+# Everything above used tinychat and published geometries. If you have a Llama-, Mistral-,
+# SmolLM2- or Qwen-family checkpoint on disk (a Hugging Face folder with `config.json`,
+# safetensors weights and `tokenizer.json`; the course never downloads one), put its folder
+# in `MY_MODEL` and run the cell. It reads the geometry from the checkpoint's own config,
+# prices its KV cache with this notebook's formula, and times one prefill against decode
+# steps on the CPU. With `MY_MODEL` empty it only says so.
+
+# %%
+MY_MODEL = ""  # a checkpoint folder, e.g. "~/models/SmolLM2-135M-Instruct"
+if MY_MODEL:
+    from course_lib.your_model import kv_report
+
+    kv_report(MY_MODEL)
+else:
+    print("MY_MODEL is empty: set it to a local checkpoint folder to measure your own model")
+
+# %% [markdown]
 # ## Interview probes
 #
 # Answer each question aloud before you read its points, then count the points you made. The

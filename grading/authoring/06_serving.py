@@ -1231,6 +1231,25 @@ plt.show()
 # | speculative decoding | fewer target passes at small batch | draft compute; little gain at large batch or low acceptance |
 
 # %% [markdown]
+# ## Your own model (optional)
+#
+# The engine above is not tied to tinychat. With a Llama-, Mistral-, SmolLM2- or Qwen-family
+# checkpoint on disk (a Hugging Face folder; nothing is downloaded), set `MY_MODEL` and run the
+# cell: the same engine serves it, and the cell times the first token of a chat that opens with
+# a long system prompt, with prefix caching off and on, and the decode rate. `course serve
+# --model FOLDER` serves it over HTTP, chat page and X-ray included. With `MY_MODEL` empty the
+# cell only says so.
+
+# %%
+MY_MODEL = ""  # a checkpoint folder, e.g. "~/models/Qwen2.5-0.5B-Instruct"
+if MY_MODEL:
+    from course_lib.your_model import serving_report
+
+    serving_report(MY_MODEL)
+else:
+    print("MY_MODEL is empty: set it to a local checkpoint folder to measure your own model")
+
+# %% [markdown]
 # ## Interview probes
 #
 # Answer each question aloud before you read its points, then count the points you made. The
