@@ -238,3 +238,13 @@ def test_a_checkpoint_serves_on_cuda_as_on_the_cpu(checkpoint):
     params = SamplingParams(temperature=0, max_new_tokens=8)
     assert Engine(gpu, tok).generate([CHAT], params, eos_ids=())[0].token_ids == \
         Engine(cpu, tok).generate([CHAT], params, eos_ids=())[0].token_ids
+
+
+def test_a_model_that_will_not_fit_is_refused_with_the_arithmetic(checkpoint, monkeypatch):
+    import os
+
+    directory, _ = checkpoint
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: 16 if name == "SC_AVPHYS_PAGES" else real(name))
+    with pytest.raises(MemoryError, match=r"GiB of weights \([\d,]+ parameters x 4 bytes\).*KV for one 256-token"):
+        load_model(str(directory), device="cpu")
