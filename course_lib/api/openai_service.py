@@ -280,9 +280,10 @@ class OpenAIService:
 
     # --- /course (the X-ray; standard clients never call these) ------------------------------------
 
-    def xray(self, completion_id: str) -> dict:
+    def xray(self, completion_id: str, *, tokens_from: int = 0, steps_from: int = 0) -> dict:
         """The X-ray of a recent chat completion that asked for one (header X-Course-Xray: 1),
-        one document per choice; readable while it streams."""
+        one document per choice; readable while it streams (``tokens_from``, ``steps_from``:
+        only what is new since an earlier read)."""
         kept = self._xrays.get(completion_id)
         if kept is None:
             raise OpenAIError(404, f"no X-ray for {completion_id!r}: only the latest {XRAYS_KEPT} chat completions "
@@ -294,8 +295,13 @@ class OpenAIService:
                                                          "tool_call": None if end.call is None else
                                                          openai_tool_call(end.call)}}
             extra["trace"] = None if kept.traces is None else kept.traces[len(docs)]
-            docs.append(xray_document(record, self.tokenizer, num_blocks=self.engine.block_manager.num_blocks,
-                                      schema=kept.schema, extra=extra))
+            extra["trace_pending"] = self.trace_log is not None and kept.traces is None  # written at the end
+            try:
+                docs.append(xray_document(record, self.tokenizer, num_blocks=self.engine.block_manager.num_blocks,
+                                          schema=kept.schema, extra=extra, tokens_from=tokens_from,
+                                          steps_from=steps_from))
+            except ValueError as error:
+                raise OpenAIError(400, str(error)) from None
         return {"id": completion_id, "object": "course.xray", "choices": docs}
 
     async def attention(self, completion_id: str, token: int, choice: int = 0) -> dict:

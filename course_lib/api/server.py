@@ -129,8 +129,8 @@ def create_app(model, tokenizer, *, model_name: str = "tinychat", api_key: str |
     course = APIRouter(prefix="/course", dependencies=[Depends(_bearer(api_key))])
 
     @course.get("/xray/{completion_id}")
-    async def xray(completion_id: str):
-        return service.xray(completion_id)
+    async def xray(completion_id: str, tokens_from: int = 0, steps_from: int = 0):
+        return service.xray(completion_id, tokens_from=tokens_from, steps_from=steps_from)
 
     @course.get("/xray/{completion_id}/attention")
     async def attention(completion_id: str, token: int, choice: int = 0):

@@ -32,12 +32,17 @@ __all__ = ["xray_document"]
 
 
 def xray_document(xray: RequestXray, tokenizer, *, num_blocks: int | None = None, schema: dict | None = None,
-                  extra: dict | None = None) -> dict:
+                  extra: dict | None = None, tokens_from: int = 0, steps_from: int = 0) -> dict:
     """The X-ray as JSON-ready data (see the module docstring). ``num_blocks``: the pool's size;
     ``schema``: the reply's JSON Schema, to validate a finished reply against; ``extra``: more
-    keys to add (the server adds the tool call it parsed)."""
+    keys to add (the server adds the tool call it parsed). ``tokens_from`` / ``steps_from``: list
+    only the tokens and steps from those indices on (both lists only ever grow, so a reader
+    polling a streaming reply asks for what is new; every other field is always whole)."""
     if not isinstance(xray, RequestXray):
         raise TypeError(f"xray must be a RequestXray, got {type(xray).__name__}")
+    for name, value in (("tokens_from", tokens_from), ("steps_from", steps_from)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int (the index to list from), got {value!r}")
     names = _Names(tokenizer)
     prompt = list(xray.prompt_ids)
     steps, tokens, finish = list(xray.steps), list(xray.tokens), xray.finish  # copies: the engine may append
@@ -55,8 +60,9 @@ def xray_document(xray: RequestXray, tokenizer, *, num_blocks: int | None = None
             "decode_tokens_per_s": (len(tokens) - 1) / decode_time if decode_time else None,
             "elapsed_ms": 1000 * (finish.seconds if finish else (tokens[-1].seconds if tokens else 0.0)),
         },
-        "steps": [_step(s, len(prompt)) for s in steps],
-        "tokens": [_token(t, names) for t in tokens],
+        "steps": [_step(s, len(prompt)) for s in steps[steps_from:]], "steps_from": steps_from,
+        "tokens": [_token(t, names) for t in tokens[tokens_from:]], "tokens_from": tokens_from,
+        "num_tokens": len(tokens),
         "text": text,
         "finish": None if finish is None else {
             **dataclasses.asdict(finish),

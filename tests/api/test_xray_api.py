@@ -160,6 +160,16 @@ def test_only_the_pages_own_files_are_served(client):
         assert client.get(path).status_code == 404, path
 
 
+def test_a_reader_polling_a_stream_asks_only_for_what_is_new(client):
+    completion = chat(client, temperature=0, max_tokens=12, ignore_eos=True)
+    whole = xray_of(client, completion)
+    tail = client.get(f"/course/xray/{completion['id']}", params={"tokens_from": 5, "steps_from": 3}).json()["choices"][0]
+    assert tail["tokens"] == whole["tokens"][5:] and tail["steps"] == whole["steps"][3:]
+    assert (tail["num_tokens"], tail["timing"], tail["text"]) == (12, whole["timing"], whole["text"])
+    bad = client.get(f"/course/xray/{completion['id']}", params={"tokens_from": -1})
+    assert bad.status_code == 400 and "non-negative" in bad.json()["error"]["message"]
+
+
 def test_xray_lists_are_plain_json(client):
     doc = xray_of(client, chat(client, temperature=0.9, seed=5, max_tokens=3))
     assert httpx.Response(200, json=doc).json() == doc  # round-trips: no tensors, no NaN

@@ -6,8 +6,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const POLL_MS = 150;          // how often the X-ray is re-read while a reply streams
-const state = { messages: [], controller: null, lastRequest: null, selected: null, xrays: new Map() };
+const POLL_MS = 250;          // how often the X-ray is re-read while a reply streams (only what is new)
+const state = { messages: [], controller: null, lastRequest: null, selected: null, xrays: new Map(),
+                reading: new Set() };
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -195,12 +196,26 @@ function select(node) {
 }
 
 async function refresh(id, last = false) {
+  if (state.reading.has(id)) return;  // a slow read is still appending; the next poll catches up
+  state.reading.add(id);
   try {
-    const xray = await getJSON(`/course/xray/${encodeURIComponent(id)}`);
+    // Tokens and steps only ever grow: ask for the new ones and append them to what we have.
+    const known = state.xrays.get(id);
+    const from = known ? known.choices[0] : null;
+    const query = from ? `?tokens_from=${from.tokens.length}&steps_from=${from.steps.length}` : "";
+    const xray = await getJSON(`/course/xray/${encodeURIComponent(id)}${query}`);
+    if (known) {
+      xray.choices.forEach((choice, i) => {
+        choice.tokens = known.choices[i].tokens.concat(choice.tokens);
+        choice.steps = known.choices[i].steps.concat(choice.steps);
+      });
+    }
     state.xrays.set(id, xray);
     if (state.selected === id) render(xray);
   } catch (error) {
     if (last) notice(`No X-ray for this reply: ${error.message}`);
+  } finally {
+    state.reading.delete(id);
   }
 }
 
@@ -209,7 +224,7 @@ async function refreshUntilFinished(id) {
   for (let tries = 0; tries < 40; tries++) {
     await refresh(id, tries === 39);
     const xray = state.xrays.get(id);
-    if (xray && xray.choices.every((c) => c.finish)) return;
+    if (xray && xray.choices.every((c) => c.finish && !c.trace_pending)) return;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
