@@ -235,6 +235,16 @@ async def _read_stream(response, record: RequestRecord) -> None:
 
 
 async def _post_and_read(client, url: str, payload: dict, record: RequestRecord) -> None:
+    if not payload.get("stream"):  # one JSON reply: its first token arrives with its last
+        response = await client.post(url, json=payload)
+        if response.status_code != 200:
+            raise StreamError(f"HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            usage = response.json().get("usage") or {}
+        except ValueError:
+            raise StreamError(f"the reply is not JSON: {response.text[:120]!r}") from None
+        record.output_tokens, record.prompt_tokens = usage.get("completion_tokens") or 0, usage.get("prompt_tokens")
+        return
     async with client.stream("POST", url, json=payload) as response:
         if response.status_code != 200:
             body = (await response.aread()).decode("utf-8", "replace")
@@ -261,9 +271,11 @@ async def send_request(client, url: str, payload: dict, index: int, timeout: flo
 
 async def run_benchmark(prompts: list, *, base_url: str, model: str, max_tokens: int, timeout: float,
                         request_rate: float | None = None, max_concurrency: int | None = None, seed: int = 0,
-                        api_key: str | None = None, progress: bool = True) -> tuple[list[RequestRecord], float]:
+                        api_key: str | None = None, progress: bool = True,
+                        stream: bool = True) -> tuple[list[RequestRecord], float]:
     """Send every prompt (paced by ``request_rate`` or bounded by ``max_concurrency``; neither:
-    all at once); return the records and the run's duration in seconds."""
+    all at once); return the records and the run's duration in seconds. ``stream=False`` asks
+    for whole replies: TTFT is then the whole request's latency, and there is no ITL."""
     import httpx
     from tqdm.auto import tqdm
 
@@ -278,7 +290,9 @@ async def run_benchmark(prompts: list, *, base_url: str, model: str, max_tokens:
             async def one(index: int, messages: list) -> RequestRecord:
                 # greedy, as vLLM's benchmark: reply lengths then depend on the server, not on chance
                 payload = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
-                           "stream": True, "stream_options": {"include_usage": True}}
+                           "stream": stream}
+                if stream:
+                    payload["stream_options"] = {"include_usage": True}
                 async with gate:
                     record = await send_request(client, url, payload, index, timeout)
                 bar.update(1)
@@ -341,6 +355,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--result-json", type=Path, help="write every figure and per-request record here")
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per request (default: 60)")
+    p.add_argument("--no-stream", action="store_true", help="ask for whole replies (stream false): TTFT is then "
+                   "the whole request's latency")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -375,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     records, duration = asyncio.run(run_benchmark(
         prompts, base_url=args.base_url, model=args.model, max_tokens=args.max_tokens, timeout=args.timeout,
         request_rate=args.request_rate, max_concurrency=args.max_concurrency, seed=args.seed,
-        api_key=args.api_key, progress=not args.no_progress))
+        api_key=args.api_key, progress=not args.no_progress, stream=not args.no_stream))
     result = summarize(records, max(duration, 1e-9), slos)
     print(format_report(result, args.max_concurrency, args.request_rate))
     if args.result_json:

@@ -129,6 +129,12 @@ def _stub_app():
         if body["model"] == "broken":
             return JSONResponse({"error": {"message": "boom"}}, status_code=500)
 
+        if not body.get("stream"):  # a whole reply, after as long as the stream would take
+            await asyncio.sleep(FIRST_DELAY + GAP * (CHUNKS - 1))
+            return JSONResponse({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "w " * CHUNKS}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": CHUNKS, "total_tokens": 11 + CHUNKS}})
+
         def chunk(delta, finish=None):
             return event({"id": "c", "object": "chat.completion.chunk", "model": body["model"],
                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -234,6 +240,17 @@ def test_server_errors_and_timeouts_are_failures(stub, tmp_path, capsys):
     assert "no complete reply within --timeout 0.05 s" in capsys.readouterr().err
     assert main(["--base-url", stub[0], "--model", "cut", "--no-progress", "--num-prompts", "1"]) == 1
     assert "the stream ended before data: [DONE]" in capsys.readouterr().err
+
+
+def test_whole_replies_are_measured_without_streaming(stub, tmp_path):
+    url, state = stub
+    out = tmp_path / "whole.json"
+    assert main(_bench(url, "--num-prompts", "3", "--max-concurrency", "3", "--no-stream", "--result-json", str(out))) == 0
+    results = json.loads(out.read_text())["results"]
+    assert state.requests[-1]["stream"] is False and "stream_options" not in state.requests[-1]
+    assert results["completed"] == 3 and results["total_output_tokens"] == 3 * CHUNKS
+    assert results["ttft"]["median"] == pytest.approx(results["e2el"]["median"])  # the reply comes at once
+    assert results["ttft"]["median"] >= 1000 * (FIRST_DELAY + GAP * (CHUNKS - 1)) * 0.9 and results["itl"]["count"] == 0
 
 
 def test_unreachable_server_is_reported(capsys):
