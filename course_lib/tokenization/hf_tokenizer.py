@@ -147,7 +147,8 @@ class HFTokenizer:
     def _split(self, text: str, allowed: set[str]) -> list[tuple[str, bool]]:
         if not allowed:
             return [(text, False)]
-        pattern = re.compile("|".join(re.escape(s) for s in sorted(allowed, key=len, reverse=True)))
+        pattern = self._specials_pattern if allowed == self.special_tokens_set else \
+            re.compile("|".join(re.escape(s) for s in sorted(allowed, key=len, reverse=True)))
         pieces, at = [], 0
         for match in pattern.finditer(text):
             if match.start() > at:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from course_lib.serving.xray import RequestXray
-from course_lib.tokenization.display import visible_token
+from course_lib.xray.document import TokenNames
 
 __all__ = ["token_attention"]
 
@@ -42,6 +42,6 @@ def token_attention(model, tokenizer, xray: RequestXray, index: int) -> dict:
     maps = model.attention_maps(ids)  # per layer (1, H, T, T)
     query = len(sequence) - 1
     layers = [[[round(w, 5) for w in head] for head in layer[0, :, query, :query + 1].tolist()] for layer in maps]
-    special = {tokenizer.encode(m, allowed_special={m})[0]: m for m in getattr(tokenizer, "special_tokens_set", ())}
-    keys = [special.get(t) or visible_token(tokenizer.decode_bytes([t])) for t in sequence]
+    names = TokenNames(tokenizer)
+    keys = [names.shown(t) for t in sequence]
     return {"token_index": index, "position": query, "keys": keys, "layers": layers, "note": NOTE}

@@ -28,7 +28,7 @@ import json
 from course_lib.serving.xray import RequestXray
 from course_lib.tokenization.display import visible_token
 
-__all__ = ["xray_document"]
+__all__ = ["TokenNames", "xray_document"]
 
 
 def xray_document(xray: RequestXray, tokenizer, *, num_blocks: int | None = None, schema: dict | None = None,
@@ -43,7 +43,7 @@ def xray_document(xray: RequestXray, tokenizer, *, num_blocks: int | None = None
     for name, value in (("tokens_from", tokens_from), ("steps_from", steps_from)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int (the index to list from), got {value!r}")
-    names = _Names(tokenizer)
+    names = TokenNames(tokenizer)
     prompt = list(xray.prompt_ids)
     steps, tokens, finish = list(xray.steps), list(xray.tokens), xray.finish  # copies: the engine may append
     reply = [t.token_id for t in tokens]
@@ -77,7 +77,7 @@ def xray_document(xray: RequestXray, tokenizer, *, num_blocks: int | None = None
     return doc
 
 
-class _Names:
+class TokenNames:
     """Token ids -> their visible text, marking the tokenizer's special tokens."""
 
     def __init__(self, tokenizer):
@@ -118,7 +118,7 @@ def _step(step, prompt_len: int) -> dict:
             "guesses": step.guesses}
 
 
-def _token(t, names: _Names) -> dict:
+def _token(t, names: TokenNames) -> dict:
     return {**names.token(t.token_id), "step": t.step, "ms": 1000 * t.seconds, "p": t.probability,
             "raw": names.alternatives(t.raw), "tempered": names.alternatives(t.tempered),
             "final": names.alternatives(t.final), "masked": names.alternatives(t.masked),

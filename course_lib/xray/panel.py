@@ -98,9 +98,8 @@ class XrayPanel(widgets.VBox):
 
     def _draw(self, xray: RequestXray) -> dict:
         doc = xray_document(xray, self.tokenizer, num_blocks=self.engine.block_manager.num_blocks)
-        turns = self.messages + ([] if xray.finish else [{"role": "assistant", "content": doc["text"] + " …"}])
-        if xray.finish and (not turns or turns[-1]["role"] != "assistant"):
-            turns = turns + [{"role": "assistant", "content": doc["text"]}]
+        # self.messages ends with the user's turn here: send() appends the reply after the last draw
+        turns = self.messages + [{"role": "assistant", "content": doc["text"] + ("" if xray.finish else " …")}]
         self.chat.value = "".join(
             f'<div style="margin:2px 0;padding:3px 6px;border-radius:6px;white-space:pre-wrap;'
             f'background:{"#dbeafe" if m["role"] == "user" else "#f3f4f6"}"><b>{m["role"]}</b>: '
