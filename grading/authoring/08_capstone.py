@@ -859,9 +859,9 @@ show_probes("08_capstone")
 # %% [markdown]
 # ## The request, X-rayed
 #
-# Notebook 00 opened with this panel; it is the same one, on the same engine. Send it the
-# capstone's question and compare what you see with the pipeline above: the panel sends the
-# bare question, with no passages, no grammar and no grounding check, so nothing stands
+# Notebook 00 opened with this panel; it is the same one, on the same engine. It has already
+# sent the capstone's question; compare what you see with the pipeline above. The panel sends
+# the bare question, with no passages, no grammar and no grounding check, so nothing stands
 # between the model's guess and the reply. Every stage it shows is now one you have built:
 # the template and its tokens, prefill and decode, the sampling rules behind each token, the
 # KV blocks taken and returned, and what ended the reply.
