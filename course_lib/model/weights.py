@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from course_lib.model.config import CONFIGS, ModelConfig
+from course_lib.model.hf_checkpoint import is_hf_checkpoint, load_hf_checkpoint
 from course_lib.model.state import default_device, load_state_strict
 from course_lib.model.transformer import Transformer
 
@@ -99,12 +100,9 @@ def load_model(name: str = "tinychat", device=None, dtype: torch.dtype | None = 
     """
     if directory is None and name not in CONFIGS:
         directory = _local_directory(name)
-    if directory is not None and _is_hf(directory):
-        from course_lib.model.hf_checkpoint import load_hf_checkpoint
+    if directory is not None and is_hf_checkpoint(directory):
         return load_hf_checkpoint(directory, device=device, dtype=dtype)
-    if directory is None:
-        if name not in CONFIGS:
-            raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
+    if directory is None:  # a course model's name (any other name became a directory above, or raised)
         directory = data_dir(name)
     directory = Path(directory)
     config_path, weights_path = directory / _CONFIG_FILE, directory / _WEIGHTS_FILE
@@ -118,11 +116,6 @@ def load_model(name: str = "tinychat", device=None, dtype: torch.dtype | None = 
     load_state_strict(model, state, weights_path)
     device = default_device() if device is None else torch.device(device)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
-
-
-def _is_hf(directory) -> bool:
-    from course_lib.model.hf_checkpoint import is_hf_checkpoint
-    return is_hf_checkpoint(directory)
 
 
 def _local_directory(name: str) -> Path:
@@ -169,12 +162,10 @@ def load_tokenizer(name: str = "tinychat", *, directory: str | Path | None = Non
     tokenizer of a Hugging Face checkpoint directory (``HFTokenizer``)."""
     if directory is None and name not in CONFIGS:
         directory = _local_directory(name)
-    if directory is not None and (Path(directory) / "tokenizer.json").is_file() and _is_hf(directory):
+    if directory is not None and (Path(directory) / "tokenizer.json").is_file() and is_hf_checkpoint(directory):
         from course_lib.tokenization.hf_tokenizer import HFTokenizer
         return HFTokenizer.load(directory)
-    if directory is None:
-        if name not in CONFIGS:
-            raise ValueError(f"unknown model {name!r}; known configs: {', '.join(sorted(CONFIGS))}")
+    if directory is None:  # a course model's name (any other name became a directory above, or raised)
         directory = data_dir(name)
     directory = Path(directory)
     candidates = sorted(p for p in directory.glob("tokenizer*") if p.is_file()) if directory.is_dir() else []
