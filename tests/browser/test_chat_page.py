@@ -7,6 +7,8 @@ tests/api/test_xray_api.py.
 """
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -15,7 +17,7 @@ from course_lib.model import load_model, load_tokenizer
 from tests.api.conftest import _serve
 from tests.conftest import slow_fixture
 
-LONG = {"max_tokens": "300", "ignore_eos": True}  # a reply that runs to max_tokens
+LONG = {"max_tokens": "480", "ignore_eos": True}  # a reply that runs to max_tokens (nearly the window)
 
 
 @slow_fixture(scope="module")
@@ -28,6 +30,14 @@ def chat_url(tmp_path_factory):
 
 def used_blocks(url: str) -> int:
     return httpx.get(f"{url}/course/pool", timeout=10).json()["num_used_blocks"]
+
+
+def wait_until_running(url: str, count: int, timeout_s: float = 60) -> None:
+    """Until the engine reports ``count`` running requests (both slots taken)."""
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{url}/course/pool", timeout=10).json()["num_running"] != count:
+        assert time.monotonic() < deadline, f"the engine never had {count} requests running"
+        time.sleep(0.05)
 
 
 def open_chat(page, url: str, settings: dict | None = None):
@@ -104,6 +114,7 @@ def test_two_pages_share_a_batch_and_a_third_is_told_the_queue_is_full(browser, 
         first.wait_for_selector("#reply-tokens .chip.generated")
         ask(second, "Tell me a long story about the sky.")
         second.wait_for_selector("#reply-tokens .chip.generated")
+        wait_until_running(chat_url, 2)  # both slots taken, and no waiting room: the third is refused
         ask(third, "And one more?")
         third.wait_for_selector(".message.error")
         assert "busy" in third.inner_text(".message.error") and "429" in third.inner_text(".message.error")
