@@ -8,9 +8,9 @@ included):
     cli                                        the ``course`` command
     lab                                        ``course lab``: JupyterLab on the notebooks
     checks pipeline                            visible checks; release, autograde, export (nbgrader)
-    capstone                                   notebook 08's menus and reference answers
+    capstone                                   notebook 09's menus and reference answers
     api evaluate drills                        HTTP server and load generator; ``course eval``; drills
-    xray                                       one request's X-ray: JSON, the chat page, a notebook panel
+    xray operations                            one request's X-ray; running the model in production (08)
     tools                                      tool calls: registry, wire format, dispatch, agent loop
     structured context                         grammars and guides; window, retrieval, grounding, logs
     generation request_trace train your_model  decode loops; one request timed; training; your own checkpoint

@@ -1,4 +1,4 @@
-"""The capstone's menus: what notebook 08's exercises choose from.
+"""The capstone's menus: what notebook 09's exercises choose from.
 
 The notebook's setup cell imports these (they must exist while grading, when the visible
 checks are not importable), and its visible checks read the same tuples, so the text a learner

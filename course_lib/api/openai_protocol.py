@@ -11,7 +11,8 @@ chunk shapes, and the error body every failure is reported in.
 logit_bias is not supported by this server (the course sampler has no per-token bias); remove it
 
 Parameters fall in four groups. Implemented ones are fields below. OpenAI's metadata that does
-not change what is generated (``user``, ``metadata``, ``store``, ...) is accepted and ignored.
+not change what is generated (``user``, ``metadata``, ``store``, ...) is accepted and does not
+change the reply; an X-rayed request's trace line keeps its ``metadata`` tags, for slicing.
 Parameters that would change generation but are not implemented are in ``UNSUPPORTED`` and
 rejected with a 400 that names them (sending one with an empty value, such as
 ``"logit_bias": {}``, asks for nothing and is accepted). Anything else is an unknown argument,

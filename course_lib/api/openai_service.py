@@ -58,6 +58,7 @@ class _Xrayed:
     schema: dict | None
     choices: list
     user_message: str
+    request_metadata: dict | None = None  # the request's OpenAI ``metadata`` tags, logged for slicing
     traces: list | None = None  # each choice's trace log entry, once the request has ended
 
 
@@ -167,7 +168,7 @@ class OpenAIService:
         ended = None
         if xrays is not None:
             self._keep_xray(rid, _Xrayed(xrays, None if guide is None else guide.schema, choices,
-                                         _last_user_message(messages)))
+                                         _last_user_message(messages), body.metadata))
             ended = lambda: self._trace(rid)  # noqa: E731
         if body.stream:
             chunks = self._chat_chunks(stream, choices, body, rid, created, len(prompt_ids), arrived)
@@ -336,7 +337,8 @@ class OpenAIService:
         for record in kept.records:
             doc = xray_document(record, self.tokenizer, schema=kept.schema)
             self.trace_log.append(trace_record(doc, request_id=completion_id, model_name=self.model_name,
-                                               weights_sha256=self._weights_sha256, user_message=kept.user_message))
+                                               weights_sha256=self._weights_sha256, user_message=kept.user_message,
+                                               request_metadata=kept.request_metadata))
             traces.append(last_entry(self.trace_log.path))
         kept.traces = traces
 

@@ -1,4 +1,4 @@
-"""Visible checks for notebook 08 (the capstone: one request end to end).
+"""Visible checks for notebook 09 (the capstone: one request end to end).
 
 One case per rule each exercise states. The menus the exercises choose from
 (``COMPONENTS``, ``GUARANTEES``, ``STAGES``, ``FIXES``) live in ``course_lib.capstone``, which the

@@ -44,7 +44,7 @@ BANK_NAME = "probes.toml"  # package data of course_lib.drills
 # Course order. The drill topics of course_lib.drills.problems, plus the notebooks that have
 # probes but no numeric problems: 00 (orientation), 02 (attention), 05 (structured output).
 CARD_TOPICS: tuple[str, ...] = ("orientation", "tokenization", "attention", "kv_cache", "sampling", "structured",
-                                "serving", "context")
+                                "serving", "context", "operations")
 MIN_POINTS, MAX_POINTS = 3, 6
 
 _REQUIRED = ("id", "notebook", "topic", "question", "strong_points", "weak_answer")

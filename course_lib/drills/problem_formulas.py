@@ -3,7 +3,8 @@
 Everything else the drills use comes from its own module (``kv_memory`` for KV bytes and
 capacity, ``orientation`` for softmax, ``sampling.processors`` for top-p, ``serving.speculative``
 for speculative decoding, ``context.budget`` for the window budget). Units follow the course:
-GB and GB/s are decimal (10**9), prices are USD per million tokens, times are seconds.
+GB and GB/s are decimal (10**9), prices are USD per million tokens, times are seconds. The
+operations rules (notebook 08) take rates and shares as fractions (0.02 for 2%).
 
 >>> request_cost_usd(12_000, 800, input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)   # 0.036 + 0.012
 0.048
@@ -15,9 +16,12 @@ GB and GB/s are decimal (10**9), prices are USD per million tokens, times are se
 16.0
 >>> round(decode_step_floor_s(16e9, 3350) * 1e3, 2)             # 16 GB read at 3,350 GB/s, in ms
 4.78
+>>> round(paired_delta_half_width(200, 12, 4), 4)               # 95% half-width of a paired accuracy delta
+0.0389
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from course_lib.orientation import MESSAGE_OVERHEAD_TOKENS
@@ -102,3 +106,119 @@ def decode_step_floor_s(bytes_read: float, bandwidth_gb_s: float) -> float:
     positive_number("bytes_read", bytes_read)
     positive_number("bandwidth_gb_s", bandwidth_gb_s)
     return bytes_read / (bandwidth_gb_s * 1e9)
+
+
+def _fraction(name: str, value: object) -> float:
+    """A share or a rate, from 0 to 1 inclusive."""
+    non_negative_number(name, value)
+    if value > 1:
+        raise ValueError(f"{name} must be a fraction from 0 to 1, got {value!r}")
+    return value
+
+
+def paired_delta(n_items: int, right_to_wrong: int, wrong_to_right: int) -> float:
+    """The paired accuracy delta, new - old, as a fraction: the mean of the per-item differences.
+
+    Both stacks answer the same ``n_items``; an item the old one got right and the new one wrong
+    counts -1, the other way round +1, and an item they agree on 0, so the delta is
+    (wrong_to_right - right_to_wrong) / n_items. Only the discordant items move it.
+
+    >>> paired_delta(200, 12, 4)    # 8 more items lost than gained: 4 points down
+    -0.04
+    """
+    positive_int("n_items", n_items)
+    non_negative_int("right_to_wrong", right_to_wrong)
+    non_negative_int("wrong_to_right", wrong_to_right)
+    if right_to_wrong + wrong_to_right > n_items:
+        raise ValueError(f"right_to_wrong + wrong_to_right ({right_to_wrong + wrong_to_right}) cannot exceed "
+                         f"n_items ({n_items}): each item flips at most once")
+    return (wrong_to_right - right_to_wrong) / n_items
+
+
+def paired_delta_half_width(n_items: int, right_to_wrong: int, wrong_to_right: int, *, z: float = 1.96) -> float:
+    """Half-width of the confidence interval of ``paired_delta``, as a fraction (1.96: 95%).
+
+    With d_i in {-1, 0, +1} per item and mean m = ``paired_delta``:
+
+        sample variance s^2 = (sum d_i^2 - n m^2) / (n - 1),   sum d_i^2 = right_to_wrong + wrong_to_right
+        half-width = z x s / sqrt(n)                          (s / sqrt(n): the standard error of m)
+
+    A drop larger than the half-width is outside the interval: more than run-to-run noise.
+
+    >>> round(paired_delta_half_width(200, 12, 4), 5)      # a 4-point drop against +-3.9 points
+    0.0389
+    >>> paired_delta_half_width(500, 0, 0)                  # the stacks agree on every item
+    0.0
+    """
+    positive_number("z", z)
+    mean = paired_delta(n_items, right_to_wrong, wrong_to_right)
+    if n_items < 2:
+        raise ValueError(f"n_items must be at least 2 for a sample standard deviation, got {n_items}")
+    variance = (right_to_wrong + wrong_to_right - n_items * mean**2) / (n_items - 1)
+    return z * math.sqrt(max(variance, 0.0)) / math.sqrt(n_items)
+
+
+def canary_requests_needed(stable_error_rate: float, canary_error_rate: float, stable_to_canary: float = 1.0, *,
+                           z_alpha: float = 1.645, z_beta: float = 0.8416) -> float:
+    """Requests the canary arm needs (unrounded) for a two-proportion z-test to detect its error
+    rate p_c above the stable arm's p_s, when the stable arm serves k = ``stable_to_canary`` times
+    as many requests (n_s = k n_c).
+
+    The estimate p_c - p_s has variance p_c(1 - p_c)/n_c + p_s(1 - p_s)/(k n_c). Detecting the
+    difference delta = p_c - p_s at one-sided level alpha with power 1 - beta needs
+    delta = (z_alpha + z_beta) x sqrt(variance), so
+
+        n_c = (z_alpha + z_beta)^2 x (p_c(1 - p_c) + p_s(1 - p_s) / k) / (p_c - p_s)^2
+
+    (defaults: alpha = 0.05 one-sided, 80% power). A bigger stable arm shrinks only its own term:
+    the small canary's noise dominates, so n_c never drops below the k -> infinity limit.
+    Round up for a whole number of requests.
+
+    >>> round(canary_requests_needed(0.02, 0.03, 4))        # 2% -> 3%, stable arm 4x the canary
+    2102
+    >>> round(canary_requests_needed(0.02, 0.03, 1))        # equal arms need more canary requests
+    3011
+    """
+    _fraction("stable_error_rate", stable_error_rate)
+    _fraction("canary_error_rate", canary_error_rate)
+    positive_number("stable_to_canary", stable_to_canary)
+    positive_number("z_alpha", z_alpha)
+    positive_number("z_beta", z_beta)
+    if canary_error_rate <= stable_error_rate:
+        raise ValueError(f"canary_error_rate ({canary_error_rate}) must be above stable_error_rate "
+                         f"({stable_error_rate}): the test detects an increase")
+    spread = (canary_error_rate * (1 - canary_error_rate)
+              + stable_error_rate * (1 - stable_error_rate) / stable_to_canary)
+    return (z_alpha + z_beta) ** 2 * spread / (canary_error_rate - stable_error_rate) ** 2
+
+
+def cost_per_successful_task(small_share: float, small_cost: float, small_success: float, fallback_rate: float,
+                             large_cost: float, large_success: float) -> float:
+    """Cost per successful task of a routed mix: ``small_share`` of the requests go to a small model,
+    the rest to a large one; ``fallback_rate`` of the small model's requests (a timeout, a reply that
+    fails its schema) are sent again to the large model, paying both calls.
+
+        cost per request      = s (c_small + f c_large) + (1 - s) c_large
+        successes per request = s ((1 - f) q_small + f q_large) + (1 - s) q_large
+        cost per success      = cost per request / successes per request
+
+    ``small_success`` is the share of the small model's valid (not fallen back) replies that solve
+    the task; ``large_success`` the large model's, on fallbacks too. Costs are per request, in any
+    one currency unit; the result is in that unit.
+
+    >>> round(cost_per_successful_task(0.7, 0.3, 0.9, 0.1, 4.0, 0.95), 4)   # 1.69 / 0.9185, per 1,000 requests
+    1.84
+    >>> cost_per_successful_task(0.0, 0.3, 0.9, 0.1, 4.0, 0.8)              # everything to the large model
+    5.0
+    """
+    for name, value in (("small_share", small_share), ("small_success", small_success),
+                        ("fallback_rate", fallback_rate), ("large_success", large_success)):
+        _fraction(name, value)
+    non_negative_number("small_cost", small_cost)
+    non_negative_number("large_cost", large_cost)
+    cost = small_share * (small_cost + fallback_rate * large_cost) + (1 - small_share) * large_cost
+    successes = (small_share * ((1 - fallback_rate) * small_success + fallback_rate * large_success)
+                 + (1 - small_share) * large_success)
+    if successes <= 0:
+        raise ValueError("no request succeeds, so the cost per successful task is unbounded")
+    return cost / successes

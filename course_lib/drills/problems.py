@@ -11,24 +11,26 @@
 Each problem states every number it needs, with units, and how close an answer must be; its
 worked solution is computed by the course's own reference code (the KV formula and capacity
 planner, the softmax and top-p filter, the speculative-decoding expectation, the context
-budget), and by ``problem_formulas`` where the course has no function for a rule.
+budget), and by ``problem_formulas`` where the course has no function for a rule (among them
+the operations rules: a paired eval delta's interval, a canary's size, cost per successful task).
 The generators live by topic in ``problem_kv``, ``problem_sampling``, ``problem_cost``,
-``problem_serving`` and ``problem_context``.
+``problem_serving``, ``problem_context`` and ``problem_operations``.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from course_lib.drills import problem_context, problem_cost, problem_kv, problem_sampling, problem_serving
+from course_lib.drills import (problem_context, problem_cost, problem_kv, problem_operations, problem_sampling,
+                               problem_serving)
 from course_lib.drills.problem_model import Generator, Problem
 
 # Course order: the notebook that teaches each topic comes first.
-TOPICS: tuple[str, ...] = ("tokenization", "kv_cache", "sampling", "serving", "context")
+TOPICS: tuple[str, ...] = ("tokenization", "kv_cache", "sampling", "serving", "context", "operations")
 
 KINDS: Mapping[str, Generator] = MappingProxyType({
     generator.kind: generator
-    for module in (problem_cost, problem_kv, problem_sampling, problem_serving, problem_context)
+    for module in (problem_cost, problem_kv, problem_sampling, problem_serving, problem_context, problem_operations)
     for generator in module.GENERATORS
 })
 

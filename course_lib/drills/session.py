@@ -88,7 +88,7 @@ def all_topics(probes: Iterable[ProbeLike]) -> tuple[str, ...]:
     """The topics that have cards (a problem kind or one of ``probes``), in course order.
 
     >>> all_topics([])
-    ('tokenization', 'kv_cache', 'sampling', 'serving', 'context')
+    ('tokenization', 'kv_cache', 'sampling', 'serving', 'context', 'operations')
     """
     present = {*TOPICS, *(probe.topic for probe in probes)}
     return tuple(topic for topic in dict.fromkeys([*CARD_TOPICS, *TOPICS, *sorted(present)]) if topic in present)

@@ -28,7 +28,7 @@ topic); a notebook without cards, the topic its name names (07_context: "context
     (('kv_cache',), ('structured',), ('context',))
     >>> notebook_topics("00_orientation")
     ('orientation', 'tokenization', 'sampling', 'context')
-    >>> notebook_topics("08_capstone") == all_topics(load_probe_bank())
+    >>> notebook_topics("09_capstone") == all_topics(load_probe_bank())
     True
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ from course_lib.drills.session import (DEFAULT_N, DrillItem, DrillSession, NotAN
 from course_lib.drills.store import DrillStore, DrillStoreError
 
 NOTEBOOK_N = 5  # items in a notebook's own panel: a few minutes, after an hour of reading
-CAPSTONE = "08_capstone"  # the last notebook: its panel drills every topic of the course
+CAPSTONE = "09_capstone"  # the last notebook: its panel drills every topic of the course
 
 __all__ = ["CAPSTONE", "NOTEBOOK_N", "DrillPanel", "drill_panel", "notebook_panel", "notebook_topics"]
 

@@ -14,7 +14,7 @@ nbgrader metadata that release and autograding need. Cells start with a ``# %%``
     # %% [tests] softmax points=3
     #                        visible tests that teach (what `course check` runs); the cell
     #                        is the exercise's graded cell and carries all its points
-    # %% [written] probes=08_capstone points=2
+    # %% [written] probes=09_capstone points=2
     #                        interview probes as written answers, graded by hand: for each
     #                        card (a notebook's cards, a card topic, or card ids separated
     #                        by commas) a locked question cell and a markdown answer cell
@@ -185,8 +185,8 @@ def exercises(cells: list[CellSpec]) -> list[str]:
 
 
 def _written_cards(spec: CellSpec, origin: str = "<authoring>") -> list:
-    """The probe cards a [written] cell asks: each selector is a notebook (``08_capstone``), a
-    card topic (``serving``) or a card id (``08.debug-from-trace``); bank order within one."""
+    """The probe cards a [written] cell asks: each selector is a notebook (``09_capstone``), a
+    card topic (``serving``) or a card id (``09.debug-from-trace``); bank order within one."""
     # Imported here: the drills package pulls in torch, which notebooks without probes never need.
     from course_lib.drills.cards import CARD_TOPICS, cards_for, load_cards
 
@@ -202,8 +202,8 @@ def _written_cards(spec: CellSpec, origin: str = "<authoring>") -> list:
             chosen = [by_id[selector]] if selector in by_id else []
         if not chosen:
             raise AuthoringError(f"{origin}:{spec.line}: no probe cards for {selector!r} in course_lib/drills/probes.toml; "
-                                 f"name a notebook (08_capstone), a card topic ({', '.join(CARD_TOPICS)}) or "
-                                 "card ids such as 08.debug-from-trace, separated by commas")
+                                 f"name a notebook (09_capstone), a card topic ({', '.join(CARD_TOPICS)}) or "
+                                 "card ids such as 09.debug-from-trace, separated by commas")
         found += [card for card in chosen if card not in found]
     return found
 

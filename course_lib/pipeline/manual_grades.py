@@ -8,9 +8,9 @@ autograded notebook; after the new autograde, it is put back on every cell whose
 still the same. A changed answer is graded by hand again: its old mark would be for other
 words.
 
-    kept = keep(paths, "08_capstone", "alice")     # before the submission is removed
+    kept = keep(paths, "09_capstone", "alice")     # before the submission is removed
     ...                                            # autograde again
-    restore(paths, "08_capstone", "alice", kept)   # -> how many grades were put back
+    restore(paths, "09_capstone", "alice", kept)   # -> how many grades were put back
 """
 from __future__ import annotations
 

@@ -31,8 +31,11 @@ def weights_fingerprint(model) -> str:
     return digest.hexdigest()
 
 
-def trace_record(doc: dict, *, request_id: str, model_name: str, weights_sha256: str, user_message: str) -> TraceRecord:
-    """The TraceRecord of one X-ray document (a finished or abandoned choice)."""
+def trace_record(doc: dict, *, request_id: str, model_name: str, weights_sha256: str, user_message: str,
+                 request_metadata: dict | None = None) -> TraceRecord:
+    """The TraceRecord of one X-ray document (a finished or abandoned choice). ``request_metadata``
+    (the request's OpenAI ``metadata``: string tags such as {"task": "extraction"}) is kept in the
+    record's metadata, so a monitor can slice the log by it."""
     params, finish = doc["params"], doc["finish"]
     validation = {} if doc.get("validation") is None else {"json_schema": doc["validation"]["ok"]}
     return TraceRecord(
@@ -46,7 +49,7 @@ def trace_record(doc: dict, *, request_id: str, model_name: str, weights_sha256:
                     if v is not None},
         cost_usd=0.0, final_state="answered" if finish is not None and finish["reason"] != "abort" else "error",
         metadata={"finish": "aborted" if finish is None else f"{finish['reason']} ({finish['cause']})",
-                  "user_message": user_message})
+                  "user_message": user_message, "request_metadata": dict(request_metadata or {})})
 
 
 def last_entry(path: str | Path) -> dict:

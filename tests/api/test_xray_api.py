@@ -213,3 +213,14 @@ def test_an_xrayed_request_leaves_a_redacted_chained_trace_line_shown_in_its_xra
     assert doc["trace"]["prev"] == __import__("json").loads(lines[0])["hash"]
     assert doc["trace"]["record"]["request_id"] == second["id"] != first["id"]
     assert doc["trace"]["record"]["tokens"] == {"prompt": doc["prompt"]["count"], "completion": len(doc["tokens"])}
+
+
+def test_an_xrayed_requests_metadata_tags_are_kept_in_its_trace_line(model, tok, tmp_path):
+    path = tmp_path / "trace.jsonl"
+    with TestClient(create_app(model, tok, trace_log=path)) as traced:
+        tagged = chat(traced, temperature=0, max_tokens=4, metadata={"task": "extraction"})
+        untagged = chat(traced, temperature=0, max_tokens=4)
+    entries = [__import__("json").loads(line) for line in path.read_text().splitlines()]
+    assert [e["record"]["request_id"] for e in entries] == [tagged["id"], untagged["id"]]
+    assert entries[0]["record"]["metadata"]["request_metadata"] == {"task": "extraction"}
+    assert entries[1]["record"]["metadata"]["request_metadata"] == {}

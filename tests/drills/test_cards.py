@@ -13,7 +13,7 @@ from course_lib.drills.cards import (CARD_TOPICS, MAX_POINTS, MIN_POINTS, CardBa
 
 REPO = Path(__file__).resolve().parents[2]
 PROBED = ["00_orientation", "01_tokenization", "02_attention", "03_kv_cache", "04_sampling", "05_structured_output",
-          "06_serving"]
+          "06_serving", "08_operations"]
 
 GOOD = """
 [[card]]

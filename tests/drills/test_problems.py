@@ -10,6 +10,7 @@ import dataclasses
 import math
 import random
 import re
+import statistics
 
 import numpy as np
 import pytest
@@ -111,6 +112,37 @@ def expected_context_budget(p):
     return room if p["asked"] == "room" else (room - p["history_tokens"]) // p["passage_tokens"]
 
 
+def paired_differences(p):
+    return [-1] * p["right_to_wrong"] + [1] * p["wrong_to_right"] + [0] * (
+        p["n_items"] - p["right_to_wrong"] - p["wrong_to_right"])
+
+
+def expected_paired_delta_interval(p):
+    d = paired_differences(p)
+    return 1.96 * statistics.stdev(d) / math.sqrt(len(d)) * 100  # percentage points
+
+
+def expected_canary_sample_size(p):
+    p_s, p_c, k = p["stable_error_pct"] / 100, p["canary_error_pct"] / 100, p["stable_to_canary"]
+    # Var(p_c_hat - p_s_hat) with n_s = k n_c, set equal to (delta / (z_a + z_b))^2 and solved for n_c.
+    target_se = (p_c - p_s) / (p["z_alpha"] + p["z_beta"])
+    n_canary = math.ceil((p_c * (1 - p_c) + p_s * (1 - p_s) / k) / target_se**2)
+    return n_canary if p["asked"] == "canary" else n_canary * (1 + k)
+
+
+def expected_routed_cost_per_success(p):
+    requests = 1_000_000  # simulate the bill and the successes of a million requests
+    small = requests * p["small_share_pct"] / 100
+    fallen = small * p["fallback_pct"] / 100
+    large_calls = requests - small + fallen
+    bill = (small * p["small_usd_per_1k"] + large_calls * p["large_usd_per_1k"]) / 1000
+    solved = (small - fallen) * p["small_success_pct"] / 100 + large_calls * p["large_success_pct"] / 100
+    routed = bill / solved * 1000
+    if p["asked"] == "routed":
+        return routed
+    return p["large_usd_per_1k"] / (p["large_success_pct"] / 100) - routed
+
+
 EXPECTED = {name.removeprefix("expected_"): fn for name, fn in globals().items() if name.startswith("expected_")}
 
 # Each phrase of issue 14's list of generated problems, and the kind that answers it.
@@ -137,6 +169,8 @@ VARIANTS = {
     "decode_bandwidth_floor": ("asked", {"ms_per_token", "tokens_per_s"}),
     "flops_per_token": ("asked", {"per_token", "prefill", "prefill_ms"}),
     "context_budget": ("asked", {"room", "passages"}),
+    "canary_sample_size": ("asked", {"canary", "total"}),
+    "routed_cost_per_success": ("asked", {"routed", "saving"}),
 }
 EXACT_KINDS = {"max_batch_fits", "nucleus_set_size", "context_budget"}
 
@@ -240,11 +274,37 @@ def test_solution_shows_its_steps_and_ends_with_the_answer(problems, kind):
             (kind, p.seed, "the result appears in the worked steps before the answer line")
 
 
+def test_paired_delta_verdicts_go_both_ways_and_name_the_drop(problems):
+    verdicts = set()
+    for p in problems["paired_delta_interval"]:
+        d = paired_differences(p.params)
+        drop = -100 * sum(d) / len(d)
+        assert drop > 0, (p.seed, "the new stack scores lower")
+        outside = drop > p.answer
+        assert abs(drop - p.answer) >= 0.1 * p.answer, (p.seed, "the verdict is clear")
+        assert ("is outside" if outside else "is inside") in p.solution, p.seed
+        verdicts.add(outside)
+    assert verdicts == {True, False}, "some drops are noise and some are real"
+
+
+def test_a_bigger_stable_arm_needs_fewer_canary_requests_but_never_below_the_limit():
+    from course_lib.drills.problem_formulas import canary_requests_needed
+
+    sizes = [canary_requests_needed(0.02, 0.03, k) for k in (1, 4, 19, 1e9)]
+    assert sizes == sorted(sizes, reverse=True)
+    limit = (1.645 + 0.8416) ** 2 * 0.03 * 0.97 / 0.01**2  # the canary's own noise alone
+    assert math.isclose(sizes[-1], limit, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="must be above"):
+        canary_requests_needed(0.03, 0.02)
+
+
 def test_topics_cover_every_kind():
     assert {generator.topic for generator in KINDS.values()} == set(TOPICS)
     by_topic = [kind for topic in TOPICS for kind in kinds_for(topic)]
     assert sorted(by_topic) == sorted(KINDS) and len(by_topic) == len(set(by_topic))
     assert kinds_for("sampling") == ("softmax_probability", "nucleus_set_size")
+    assert kinds_for("operations") == ("paired_delta_interval", "canary_sample_size", "routed_cost_per_success")
+    assert TOPICS[-2:] == ("context", "operations"), "course order: notebook 08 comes after 07"
 
 
 def test_bad_kind_topic_and_seed_are_refused():

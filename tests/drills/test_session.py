@@ -226,8 +226,9 @@ def test_misuse_is_refused_with_the_reason(store):
 
 
 def test_topics_are_in_course_order_and_only_those_with_cards():
-    assert all_topics([]) == ("tokenization", "kv_cache", "sampling", "serving", "context")
-    assert all_topics(BANK) == ("tokenization", "attention", "kv_cache", "sampling", "serving", "context")
+    assert all_topics([]) == ("tokenization", "kv_cache", "sampling", "serving", "context", "operations")
+    assert all_topics(BANK) == ("tokenization", "attention", "kv_cache", "sampling", "serving", "context",
+                                "operations")
     assert set(all_topics([])) == {generator.topic for generator in KINDS.values()}
 
 

@@ -173,8 +173,9 @@ def test_the_end_shows_the_per_topic_report_and_offers_another_round(db):
     ("05_structured_output", ("structured",)),
     ("06_serving", ("serving",)),
     ("07_context", ("context",)),
-    ("08_capstone", ("orientation", "tokenization", "attention", "kv_cache", "sampling", "structured", "serving",
-                     "context")),
+    ("08_operations", ("operations",)),
+    ("09_capstone", ("orientation", "tokenization", "attention", "kv_cache", "sampling", "structured", "serving",
+                     "context", "operations")),
 ])
 def test_notebook_panel_drills_the_notebooks_own_topics(notebook, topics, db):
     assert notebook_topics(notebook) == notebook_topics(f"{notebook}.ipynb") == topics

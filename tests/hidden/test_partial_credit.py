@@ -143,7 +143,7 @@ def test_the_do_nothing_answers_replace_every_name_a_solution_defines():
     cache = do_nothing_answers("03_kv_cache", "simple_kv_cache")["a class whose methods return []"]["SimpleKVCache"]
     instance = cache(n_layers=2)
     assert instance.append(1, 2, 3) == [] and instance.anything_else() == []
-    owners = do_nothing_answers("08_capstone", "guarantee_owners")["the answer cell as released"]["guarantee_owners"]
+    owners = do_nothing_answers("09_capstone", "guarantee_owners")["the answer cell as released"]["guarantee_owners"]
     assert owners and set(owners.values()) == {None}  # the learner's starting dict, every owner None
 
 

@@ -1,6 +1,6 @@
 """Written answers: interview probes asked as hand-graded answer cells, with the rubric for the grader only.
 
-    # %% [written] probes=08_capstone points=2
+    # %% [written] probes=09_capstone points=2
 
 expands, per probe card, into a locked question cell (the rubric between mark-scheme markers)
 and a markdown answer cell worth 2 points. The learner's copy holds the question and "YOUR
@@ -27,13 +27,13 @@ from tests.pipeline import submissions as S
 from tests.conftest import slow_fixture
 from tests.pipeline.conftest import REPO
 
-A = "08_capstone"
+A = "09_capstone"
 RUBRIC_LINE = re.compile(r"^- \*\*(?P<share>[\d.]+)\*\* (?P<point>.+)$")
 
 DEMO = """# %% [markdown]
 # # Demo
 
-# %% [written] probes=08.debug-from-trace,serving points=3
+# %% [written] probes=09.debug-from-trace,serving points=3
 """
 
 
@@ -60,15 +60,15 @@ def rubric_of(question_source: str) -> list[tuple[float, str]]:
 
 def test_a_written_cell_parses_to_its_probes_and_points():
     (_, spec) = parse(DEMO, origin="demo.py")
-    assert (spec.kind, spec.probes, spec.points, spec.body) == ("written", ("08.debug-from-trace", "serving"), 3.0, "")
+    assert (spec.kind, spec.probes, spec.points, spec.body) == ("written", ("09.debug-from-trace", "serving"), 3.0, "")
 
 
 def test_it_expands_into_a_locked_question_and_a_hand_graded_answer_per_card(tmp_path):
     path = tmp_path / "99_demo.py"
     path.write_text(DEMO)
     nb = build_notebook(path)
-    serving = [card.id for card in load_cards() if card.topic == "serving" and card.id != "08.debug-from-trace"]
-    assert [card.id for _, _, card in written(nb)] == ["08.debug-from-trace", *serving]
+    serving = [card.id for card in load_cards() if card.topic == "serving" and card.id != "09.debug-from-trace"]
+    assert [card.id for _, _, card in written(nb)] == ["09.debug-from-trace", *serving]
     assert len(nb.cells) == 1 + 2 * len(written(nb))
     for question, answer, card in written(nb):
         assert question.cell_type == answer.cell_type == "markdown"
@@ -98,12 +98,12 @@ def test_a_written_answer_is_no_exercise_and_never_runs_at_grading(tmp_path):
 
 @pytest.mark.parametrize("mutation, message", [
     (lambda s: s.replace(" points=3", ""), "points=N"),
-    (lambda s: s.replace("probes=08.debug-from-trace,serving ", ""), "needs probes="),
-    (lambda s: s.replace("08.debug-from-trace", "08.no-such-card"), "no probe cards for '08.no-such-card'"),
-    (lambda s: s.replace("08.debug-from-trace,serving", "99_nothing"), "no probe cards for '99_nothing'"),
+    (lambda s: s.replace("probes=09.debug-from-trace,serving ", ""), "needs probes="),
+    (lambda s: s.replace("09.debug-from-trace", "09.no-such-card"), "no probe cards for '09.no-such-card'"),
+    (lambda s: s.replace("09.debug-from-trace,serving", "99_nothing"), "no probe cards for '99_nothing'"),
     (lambda s: s.replace("points=3", "points=3 name=x"), "unexpected 'name=x'"),
     (lambda s: s + "# Some prose.\n", "takes no text"),
-    (lambda s: s + "\n# %% [written] probes=08_capstone points=1\n", "is already asked at line 4"),
+    (lambda s: s + "\n# %% [written] probes=09_capstone points=1\n", "is already asked at line 4"),
     (lambda s: s.replace("# # Demo", "# <!-- BEGIN MARK SCHEME -->"), "mark-scheme markers belong to"),
 ])
 def test_broken_written_cells_are_refused_with_the_line(mutation, message):

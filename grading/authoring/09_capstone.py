@@ -1,7 +1,7 @@
 # %% [markdown]
-# # 08 · Capstone: one request, end to end
+# # 09 · Capstone: one request, end to end
 #
-# Seven notebooks took the request apart. This one puts it back together. A user asks the
+# Eight notebooks took the request apart. This one puts it back together. A user asks the
 # course's assistant a question; we follow that single request through every stage you built:
 # retrieval and the context window, the template and the bill, prefill and decode on the
 # serving engine with the KV cache counted in bytes, the sampling rule, the grammar that shapes
@@ -21,7 +21,7 @@
 # - read a failed request's trace, name the stage that broke and the fix;
 # - drill every topic of the course, here or with `course drill` in a terminal.
 #
-# **Prerequisites:** all of notebooks 00 to 07. In particular notebook 03 (KV bytes per
+# **Prerequisites:** all of notebooks 00 to 08. In particular notebook 03 (KV bytes per
 # token), 04 (sampling parameters and seeds), 05 (grammar guides, the tool dispatcher), 06 (the
 # engine, TTFT and the decode roofline) and 07 (packing, grounding, the trace log).
 #
@@ -842,7 +842,7 @@ print(f"with the head:    {verify(folder / 'cut.jsonl', head)}")
 # graded by hand, a share of the points for each point a strong answer makes; your feedback
 # shows the rubric.
 
-# %% [written] probes=08_capstone points=2
+# %% [written] probes=09_capstone points=2
 
 # %% [markdown]
 # ## Interview probes
@@ -854,7 +854,7 @@ print(f"with the head:    {verify(folder / 'cut.jsonl', head)}")
 # %%
 from course_lib.drills.cards import show_probes
 
-show_probes("08_capstone")
+show_probes("09_capstone")
 
 # %% [markdown]
 # ## The request, X-rayed
@@ -877,7 +877,7 @@ xray_panel(question, model=model, tokenizer=tokenizer)
 # The panel below draws from the whole course: numeric problems on every topic (KV bytes for a
 # random geometry, a softmax at a temperature, a nucleus size, TTFT and decode time, a context
 # budget, a daily bill) with fresh numbers each time, and every probe card of notebooks 00 to
-# 08. Answers are graded at once, and each card is scheduled for review by how well you did,
+# 09. Answers are graded at once, and each card is scheduled for review by how well you did,
 # so the cards you miss come back sooner. Nothing is saved until you press Start.
 #
 # The same drills run in a terminal, on the same history: `course drill` (add `--topic

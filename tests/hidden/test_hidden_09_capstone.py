@@ -1,9 +1,9 @@
-"""Known-wrong answers to notebook 08, each with the rule it breaks (run by test_wrong_answers.py)."""
+"""Known-wrong answers to notebook 09, each with the rule it breaks (run by test_wrong_answers.py)."""
 from __future__ import annotations
 
 from tests.hidden.mutants import moved, mutant
 
-A = "08_capstone"
+A = "09_capstone"
 
 RIGHT_OWNERS = {
     "prompt_fits": "context packer", "template_billed": "tokenizer", "kv_fits": "engine", "length_capped": "engine",

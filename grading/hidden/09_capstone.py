@@ -1,4 +1,4 @@
-"""Hidden tests for 08_capstone, run in the grader's process (see course_lib/pipeline/hidden.py).
+"""Hidden tests for 09_capstone, run in the grader's process (see course_lib/pipeline/hidden.py).
 
 Where each exercise's expectations come from (none of them is the solution's code):
 
