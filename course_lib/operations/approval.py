@@ -25,6 +25,8 @@ user cannot confirm it, an expired one cannot be confirmed, and a changed call n
 """
 from __future__ import annotations
 
+import copy
+import json
 import secrets
 import time
 from collections.abc import Callable, Collection
@@ -48,7 +50,7 @@ class Pending:
 
 @dataclass(frozen=True)
 class Decision:
-    outcome: str                   # done, replayed, failed, unknown, wrong_user, expired
+    outcome: str                   # done, replayed, failed, unknown, wrong_user, expired, changed
     result: ToolResult | None = None
 
 
@@ -60,9 +62,16 @@ class ApprovalGate:
         self._pending: dict[str, Pending] = {}
 
     def propose(self, call: ToolCall) -> Pending:
-        """Hold ``call`` for the session user's confirmation; nothing runs yet."""
-        summary = f"{call.name}: " + ", ".join(f"{k}={v}" for k, v in sorted(call.arguments.items()))
-        pending = Pending(secrets.token_urlsafe(12), self.user, call, call_fingerprint(call.name, call.arguments),
+        """Hold ``call`` for the session user's confirmation; nothing runs yet.
+
+        The arguments are copied (a JSON string is parsed first), so changing the caller's dict
+        afterwards changes neither what the user was shown nor what runs."""
+        arguments = json.loads(call.arguments) if isinstance(call.arguments, str) else copy.deepcopy(call.arguments)
+        if not isinstance(arguments, dict):
+            raise ValueError(f"a tool call's arguments must be a JSON object, got {type(arguments).__name__}")
+        held = ToolCall(call.id, call.name, arguments)
+        summary = f"{call.name}: " + ", ".join(f"{k}={v}" for k, v in sorted(arguments.items()))
+        pending = Pending(secrets.token_urlsafe(12), self.user, held, call_fingerprint(call.name, arguments),
                           self.clock() + self.ttl_s, summary)
         self._pending[pending.confirmation_id] = pending
         return pending
@@ -76,6 +85,8 @@ class ApprovalGate:
             return Decision("wrong_user")
         if self.clock() > pending.expires_at:
             return Decision("expired")
+        if call_fingerprint(pending.call.name, pending.call.arguments) != pending.fingerprint:
+            return Decision("changed")  # defence in depth: the held copy is private, so this never fires
         result = self.dispatcher.dispatch(pending.call, permissions=self.permissions,
                                           idempotency_key=confirmation_id, caller=user)
         return Decision("replayed" if result.replayed else "done" if result.ok else "failed", result)

@@ -14,7 +14,8 @@ nothing of the phrase was ever released.
     >>> [stream.feed(piece) for piece in ["The ", "pass", "word", " is hunter2"]], stream.blocked
     (['The ', '', '', ''], True)
 
-Matching is case-insensitive (``str.lower``). The hold-back is at most the longest phrase's
+Matching is case-insensitive (``fold``: ``str.lower`` one character at a time, so the folded
+text lines up with the original). The hold-back is at most the longest phrase's
 length minus one character: what it costs is latency on exactly those characters, paid only when
 the text could be the start of a phrase.
 """
@@ -25,9 +26,15 @@ from collections.abc import Iterable, Sequence
 __all__ = ["StreamFilter", "filter_stream"]
 
 
+def fold(text: str) -> str:
+    """Lowercase, one character for one: a character whose lowercase is longer ("İ" -> "i̇") is
+    kept as it is, so positions in the folded text are positions in the original."""
+    return "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
+
+
 class StreamFilter:
     def __init__(self, banned: Iterable[str]):
-        self.banned = tuple(phrase.lower() for phrase in banned)
+        self.banned = tuple(fold(phrase) for phrase in banned)
         if not self.banned or not all(self.banned):
             raise ValueError("give at least one banned phrase, none of them empty")
         self.text = ""          # everything fed so far, lowercased for matching
@@ -49,7 +56,7 @@ class StreamFilter:
         if self.blocked:
             return ""
         self.original += piece
-        self.text += piece.lower()
+        self.text += fold(piece)
         if any(phrase in self.text for phrase in self.banned):
             self.blocked = True
             return ""

@@ -37,18 +37,15 @@ import asyncio
 import concurrent.futures
 import hashlib
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from array import array
 from collections import deque
 
-import httpx
 import matplotlib.pyplot as plt
 import torch
 
+from course_lib.api.child_server import child_server
 from course_lib.api.loadgen import held_out_prompts, run_benchmark, summarize
 from course_lib.data.corpus import heldout_split
 from course_lib.data.scoring import SCORERS
@@ -1132,12 +1129,6 @@ print(f"identical greedy replies: {same}/{len(heldout)}")
 # a cell fails.
 
 # %%
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def bench(base_url, prompts, concurrency):
     """run_benchmark is async; run it on a private event loop in a worker thread."""
     job = run_benchmark(prompts, base_url=base_url, model="tinychat", max_tokens=32, timeout=60,
@@ -1147,22 +1138,8 @@ def bench(base_url, prompts, concurrency):
     return summarize(records, duration)
 
 
-port = free_port()
-base_url = f"http://127.0.0.1:{port}"
-server = subprocess.Popen([sys.executable, "-m", "course_lib.cli", "serve", "--port", str(port), "--max-num-seqs", "8"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 levels, results = (1, 2, 4, 8, 16), {}
-try:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(base_url + "/health", timeout=1, trust_env=False).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not start: {server.stderr.read().decode()[-500:]}")
-        time.sleep(0.1)
+with child_server("--max-num-seqs", "8") as base_url:  # `course serve` in a child process, stopped at the end
     prompts = held_out_prompts(40, seed=0)
     bench(base_url, prompts[:2], 1)  # warm-up
     for concurrency in levels:
@@ -1177,15 +1154,7 @@ try:
         if chunk.choices and chunk.choices[0].delta.content:
             first = first or time.perf_counter() - t0
             pieces.append(chunk.choices[0].delta.content)
-finally:
-    server.terminate()
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-print(f"the openai client, streaming: {pieces} (first text after {first * 1e3:.1f} ms); server stopped: "
-      f"{server.returncode is not None}")
+print(f"the openai client, streaming: {pieces} (first text after {first * 1e3:.1f} ms)")
 
 # %%
 print(f"{'concurrency':>11} {'requests':>8} {'tokens/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9}  (ms)")

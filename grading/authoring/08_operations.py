@@ -41,18 +41,14 @@ import hashlib
 import json
 import math
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import matplotlib.pyplot as plt
 
-from course_lib.context import safety
+from course_lib.api.child_server import child_server
 from course_lib.context.cost import cost_table
 from course_lib.context.grounding import reply_confidence
 from course_lib.context.model_selection import measure_runs, priced
@@ -63,7 +59,7 @@ from course_lib.model import load_model, load_tokenizer, use_reference_threads
 from course_lib.operations import memory, verbal
 from course_lib.operations.approval import ApprovalGate
 from course_lib.operations.drift import sampling_spread
-from course_lib.operations.monitoring import RATES, events_from_trace
+from course_lib.operations.monitoring import events_from_trace
 from course_lib.operations.replay import replay
 from course_lib.operations.rollout import Rollout
 from course_lib.operations.routing import engine_backend, mix_cost_per_success, route_by_task
@@ -357,16 +353,7 @@ for label, names in plans.items():
 # a whole document into the prompt.
 
 # %%
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 log_path = Path(tempfile.mkdtemp(prefix="ops-")) / "trace.jsonl"
-port = free_port()
-server = subprocess.Popen([sys.executable, "-m", "course_lib.cli", "serve", "--port", str(port), "--max-num-seqs", "8",
-                           "--trace-log", str(log_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 refunds = [c for c in conversations if c.task == "extraction" and "order_id" in c.expected]
 load = [c for task in ("arithmetic", "fact", "tool", "grounded") for c in [c for c in conversations if c.task == task][:20]]
 load = load[:40] + refunds[:10] + load[40:]
@@ -389,31 +376,14 @@ def send(client, convo, padding=""):
         return {"task": convo.task, "request_id": None, "reply": None, "error": str(error)[:80]}
 
 
-try:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1, trust_env=False).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not start: {server.stderr.read().decode()[-500:]}")
-        time.sleep(0.1)
+with child_server("--max-num-seqs", "8", "--trace-log", str(log_path)) as base_url:  # stopped at the end
     from openai import OpenAI
 
-    client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="not-needed", max_retries=0)
+    client = OpenAI(base_url=base_url + "/v1", api_key="not-needed", max_retries=0)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         sent = list(pool.map(lambda c: send(client, c), load))
         # three grounded requests that paste a whole document: over the window, rejected
         sent += list(pool.map(lambda c: send(client, c, padding=" background" * 600), load[-3:]))
-    time.sleep(0.2)  # the trace line is written when the request ends, just after its reply
-finally:
-    server.terminate()
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.kill()
 entries = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
 events = events_from_trace(entries, sent)
 print(f"{len(sent)} requests sent, {len(entries)} trace lines; the log verifies: {verify(log_path).ok}")
@@ -421,6 +391,9 @@ print("a rejected request:", next(o["error"] for o in sent if o["request_id"] is
 print("one event:", events[0])
 
 # %% [markdown]
+# (A request's trace line is written when it ends, before its reply is sent, so the log is
+# complete by the time the client has every reply.)
+#
 # ### Exercise 3 — rates by slice
 #
 # Write `slice_report(events, by, thresholds, min_count)`. Each event is a dict of slice fields

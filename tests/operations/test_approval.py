@@ -101,3 +101,23 @@ def test_without_the_permission_the_confirmed_call_is_refused():
     decision = gate.confirm(gate.propose(ToolCall("c1", "refund_order", dict(REFUND))).confirmation_id, user="alice")
     assert decision.outcome == "failed" and decision.result.error_kind == "permission_denied"
     assert book.refunds == ()
+
+
+def test_changing_the_callers_arguments_after_proposing_changes_nothing():
+    book = demo_book()
+    gate = _gate(book)
+    arguments = {"order_id": "A1234", "amount": 20, "currency": "USD", "reason": "late"}
+    pending = gate.propose(ToolCall("c1", "refund_order", arguments))
+    arguments["amount"] = 100  # the caller's dict, mutated after the user was shown amount=20
+    assert gate.confirm(pending.confirmation_id, user="alice").outcome == "done"
+    assert book.refunds == (("A1234", Decimal("20.00")),)
+
+
+def test_arguments_given_as_a_json_string_are_parsed_for_the_summary_and_the_run():
+    book = demo_book()
+    gate = _gate(book)
+    pending = gate.propose(ToolCall("c1", "refund_order",
+                                    '{"order_id": "A1234", "amount": 5, "currency": "USD", "reason": "late"}'))
+    assert "amount=5" in pending.summary
+    assert gate.confirm(pending.confirmation_id, user="alice").outcome == "done"
+    assert book.refunds == (("A1234", Decimal("5.00")),)

@@ -107,3 +107,12 @@ def test_an_empty_banned_list_or_phrase_raises():
     for banned in ([], [""], ["ok", ""]):
         with pytest.raises(ValueError, match="at least one banned phrase, none of them empty"):
             StreamFilter(banned)
+
+
+def test_a_character_whose_lowercase_is_longer_keeps_the_released_text_aligned():
+    # "İ".lower() is two characters; a filter that lowercased whole strings would cut the
+    # original at shifted positions, dropping or leaking characters.
+    result = filter_stream(["İa", "bc"], ["password"])
+    assert "".join(result["released"]) == "İabc" and not result["blocked"]
+    result = filter_stream(["İ" * 8 + "passwor", "d"], ["password"])
+    assert result["blocked"] and "passwor" not in "".join(result["released"])
