@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from course_lib.context.bm25 import BM25Index
 from course_lib.data.facts import article
-from course_lib.data.grounded import GROUNDED_ABSTAIN, STATEMENTS, expected_reply, grounded_conversation, score_grounded, statement
+from course_lib.data.grounded import (GROUNDED_ABSTAIN, STATEMENTS, expected_reply, grounded_conversation,
+                                      score_grounded, statement)
 from course_lib.data.passages import Passage, user_with_passages
 from course_lib.generation.replies import BATCH_ROWS
 from course_lib.sampling import SamplingParams

@@ -3,9 +3,10 @@
 An **event** is one served request as the monitor sees it: its slice fields (task, prompt length,
 model) and one flag per thing that can go wrong. ``events_from_trace`` builds them from the lines
 ``course serve --trace-log`` wrote, joined by request id with what the client received (the trace
-log holds the redacted request, not the reply, and nothing of a request the server rejected). ``slice_report`` counts each flag per slice and
-raises an alert when a rate is above its threshold, but only for slices with at least
-``min_count`` requests: one refusal out of two requests is a 50% rate that means nothing.
+log holds the redacted request, not the reply, and nothing of a request the server rejected).
+``slice_report`` counts each flag per slice and raises an alert when a rate is above its
+threshold, but only for slices with at least ``min_count`` requests: one refusal out of two
+requests is a 50% rate that means nothing.
 
     >>> events = [{"task": "a", "error": False}, {"task": "a", "error": True}, {"task": "b", "error": False}] * 10
     >>> [(row["slice"], row["count"], row["rates"]["error"], row["alerts"]) for row in

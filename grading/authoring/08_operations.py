@@ -82,7 +82,7 @@ hint = Hints(check.HINTS)  # hint("exercise_name") shows the next hint for that 
 # A deployment is more than weights: it is the weights, the tokenizer and template, the decoding
 # parameters and the serving code, all at pinned versions. We have three: `tinychat` (fp32,
 # the one in production), `tinychat` with int8 weights (the redeploy we are asked to ship) and
-# `tinychat-draft` (a model a quarter of the size). The fixed input set is 50 held-out
+# `tinychat-draft` (a much smaller model). The fixed input set is 50 held-out
 # conversations of each of the corpus's six tasks, scored by the corpus's own scorers.
 
 # %%
@@ -93,6 +93,9 @@ int8 = quantize_int8(model)
 conversations = heldout_split(50)
 print(f"{len(conversations)} conversations:", ", ".join(f"{t} {sum(c.task == t for c in conversations)}"
                                                        for t in dict.fromkeys(c.task for c in conversations)))
+sizes = {name: sum(p.numel() for p in m.parameters()) for name, m in (("tinychat", model), ("tinychat-draft", draft))}
+print(f"parameters: tinychat {sizes['tinychat']:,}, tinychat-draft {sizes['tinychat-draft']:,} "
+      f"({sizes['tinychat'] / sizes['tinychat-draft']:.1f}x fewer)")
 
 # %% [markdown]
 # ## Noise or drift
@@ -219,9 +222,9 @@ plt.show()
 #
 # ## Route by task, with a fallback you have tested
 #
-# The small model is four times cheaper to run. Is it good enough? Per task, not on average:
-# notebook 07 priced each model per *successful* task from its measured throughput, and the
-# router is that table read per task.
+# The small model does a fraction of the work per token. Is it good enough? Per task, not on
+# average: notebook 07 priced each model per *successful* task from its measured throughput,
+# and the router is that table read per task.
 
 # %%
 sample = [c for task in dict.fromkeys(c.task for c in conversations)
@@ -247,8 +250,9 @@ for name, plan in (("everything to tinychat", {t: "tinychat" for t in route}),
 # the large model alone, costs about the same per success once failures are priced, and far less
 # than the small model alone. Where tokens are dear (a large model on rented GPUs), that token
 # saving is the point of routing; here, where tokens cost almost nothing, its value is capacity:
-# the small model serves half the tasks in less machine time. The routes hold only as long as the measurements do, so they are re-measured for
-# every new model revision, and revisions are pinned.
+# the small model serves half the tasks in less machine time. The routes hold only as long as
+# the measurements do, so they are re-measured for every new model revision, and revisions are
+# pinned.
 #
 # Then the day the large model is slow. A request that times out must go somewhere, and a reply
 # that fails its check (an extraction that is not valid JSON) can be retried on another model.
@@ -355,7 +359,8 @@ for label, names in plans.items():
 # %%
 log_path = Path(tempfile.mkdtemp(prefix="ops-")) / "trace.jsonl"
 refunds = [c for c in conversations if c.task == "extraction" and "order_id" in c.expected]
-load = [c for task in ("arithmetic", "fact", "tool", "grounded") for c in [c for c in conversations if c.task == task][:20]]
+load = [c for task in ("arithmetic", "fact", "tool", "grounded")
+        for c in [c for c in conversations if c.task == task][:20]]
 load = load[:40] + refunds[:10] + load[40:]
 CAPS = {"extraction": 16}  # the misconfigured client's reply cap for extractions; 48 for the rest
 RECORD = {"type": "object", "required": ["order_id", "amount", "reason"],  # refund extractions, under the grammar
@@ -733,7 +738,8 @@ print(f"filter: {statistics.median(rounds) * 1e6:.0f} µs per token (median of 5
 book = demo_book()
 gate = ApprovalGate(Dispatcher(refund_registry(book, user="alice")), user="alice", permissions={"refunds:write"})
 asked = Engine.for_job(model, tokenizer).generate(
-    [[{"role": "user", "content": "Extract the refund as JSON: Please refund $20.00 for order A1234; it arrived late."}]],
+    [[{"role": "user",
+       "content": "Extract the refund as JSON: Please refund $20.00 for order A1234; it arrived late."}]],
     SamplingParams(temperature=0, max_new_tokens=64))[0].text
 print("tinychat extracted:", asked)
 fields = json.loads(asked)
@@ -750,8 +756,9 @@ print("alice declines the planted call (it is never confirmed); money that moved
 # %% [markdown]
 # The confirmation is bound to alice and to the exact call: mallory cannot use it, and the retry
 # returns the first outcome because the confirmation id is the idempotency key, scoped to alice.
-# The planted instruction can at most put a question in front of alice, worded from its arguments, and the refund tool would still refuse an order that
-# is not hers. The model is never the component that authorises a material effect.
+# The planted instruction can at most put a question in front of alice, worded from its
+# arguments, and the refund tool would still refuse an order that is not hers. The model is
+# never the component that authorises a material effect.
 #
 # ## Memory under a budget
 #
