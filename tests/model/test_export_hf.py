@@ -114,8 +114,11 @@ def test_special_token_text_can_stay_plain_text(exported, course):
     assert not set(plain) & {course[1].special_tokens[s] for s in SPECIAL_TOKENS}
 
 
+# Characters unassigned in Python's Unicode database are left out, as in test_bpe_tiktoken.py: the
+# `regex` module and the Rust `tokenizers` carry different Unicode versions (U+18D80, assigned in
+# Unicode 16, is a letter to one pre-tokenizer and nothing to the other; see test_unicode_versions.py).
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=40))
+@given(st.text(st.characters(exclude_categories=("Cs", "Cn")), max_size=40))
 def test_any_text_encodes_and_decodes_alike(exported, course, text):
     hf_tokenizer, tokenizer = exported[1], course[1]
     ids = hf_tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
