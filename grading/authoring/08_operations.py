@@ -177,7 +177,7 @@ print(f"{worst.name} vs {best.name}: {noise['delta'] * 100:+.1f} points, 95% int
       f"({noise['right_to_wrong']} inputs flipped to wrong, {noise['wrong_to_right']} to right)")
 
 # %% [markdown]
-# The same deployment, a drop of well over a point, and an interval that contains zero: the
+# The same deployment, a drop of nearly two points, and an interval that contains zero: the
 # flips go both ways, as random draws do. Now the redeploy. It ships the int8 weights *and* a
 # configuration change someone thought harmless: the default reply cap went from 48 tokens to 34.
 # Both replays are greedy, so each is exactly repeatable.

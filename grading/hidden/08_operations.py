@@ -95,10 +95,13 @@ def paired_comparison(learner, check):
 # -- exercise 2 -----------------------------------------------------------------------------------
 FALLBACK_SCRIPT = """
 def _run_fallback(plan, request="the request"):
+    import builtins as _builtins  # the exception classes themselves, whatever the notebook named them
+
     calls = {}
-    errors = {"timeout": TimeoutError, "connection": ConnectionError, "refused": ConnectionRefusedError,
-              "reset": ConnectionResetError, "keyerror": KeyError, "typeerror": TypeError, "valueerror": ValueError,
-              "runtime": RuntimeError}
+    errors = {name: getattr(_builtins, cls) for name, cls in (
+        ("timeout", "TimeoutError"), ("connection", "ConnectionError"), ("refused", "ConnectionRefusedError"),
+        ("reset", "ConnectionResetError"), ("keyerror", "KeyError"), ("typeerror", "TypeError"),
+        ("valueerror", "ValueError"), ("runtime", "RuntimeError"))}
 
     def make(name, behaviour):
         def call(req):
@@ -111,8 +114,8 @@ def _run_fallback(plan, request="the request"):
     backends = [(name, make(name, behaviour)) for name, behaviour in plan]
     try:
         out = serve_with_fallback(request, backends, lambda reply: not reply.startswith("bad"))
-    except Exception as exc:
-        return {"raised": type(exc).__name__, "calls": calls}
+    except _builtins.Exception as exc:
+        return {"raised": _builtins.type(exc).__name__, "calls": calls}
     return {"out": out, "calls": calls}
 """
 _OUTAGES = ("timeout", "connection", "refused", "reset")
