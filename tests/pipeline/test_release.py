@@ -40,7 +40,12 @@ def test_committed_notebooks_equal_what_release_generates(released_course, name)
 
 
 def test_releasing_twice_changes_nothing(released_course):
-    assert all(not changed for _, changed in release(released_course))
+    # Two notebooks, released again over their own output: every notebook's release is already
+    # compared with its committed copy (the release before) by the test above, so a second pass
+    # over all of them would check the same thing again, for over a minute.
+    again = release(released_course, [ASSIGNMENTS[0], ASSIGNMENTS[-1]])
+    assert [name for name, _ in again] == [ASSIGNMENTS[0], ASSIGNMENTS[-1]]
+    assert all(not changed for _, changed in again)
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
