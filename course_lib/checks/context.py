@@ -326,13 +326,12 @@ def task_cost(fn) -> None:
 
 
 def _course_cost(requests, successes, prompt_tokens, completion_tokens, input_price, output_price, failure_cost):
-    """[tokens_usd, per_request, per_success] from the course's cost module, the failures' extra on top."""
+    """[tokens_usd, per_request, per_success] from the course's cost module."""
     from course_lib.context.cost import ModelPrice, TaskRun, cost_per_request, cost_per_success, total_cost
 
     run = TaskRun("m", "t", requests, successes, prompt_tokens, completion_tokens)
     price = ModelPrice("m", input_price, output_price)
-    extra = (requests - successes) * failure_cost / successes if successes else 0.0
-    return [total_cost(run, price), cost_per_request(run, price), cost_per_success(run, price) + extra]
+    return [total_cost(run, price), cost_per_request(run, price), cost_per_success(run, price, failure_cost)]
 
 
 # -- exercise 4: redaction and the hash chain ----------------------------------------------------

@@ -108,15 +108,31 @@ def cost_per_request(run: TaskRun, price: ModelPrice) -> float:
     return total_cost(run, price) / run.requests
 
 
-def cost_per_success(run: TaskRun, price: ModelPrice) -> float:
+def cost_per_success(run: TaskRun, price: ModelPrice, failure_cost: float = 0.0) -> float:
     """USD per request that succeeded: every request's cost spread over the successes; inf when none did.
+
+    ``failure_cost`` is what each failed request costs the product beyond its tokens (a retry,
+    a person's time, a user lost), carried by the successes too.
 
     >>> run = TaskRun("m", "t", requests=4, successes=0, prompt_tokens=1000, completion_tokens=100)
     >>> cost_per_success(run, ModelPrice("m", 1.0, 2.0))
     inf
+    >>> cost_per_success(TaskRun("m", "t", 4, 2, 0, 0), ModelPrice("m", 1.0, 2.0), failure_cost=0.5)
+    0.5
     """
-    cost = total_cost(run, price)
+    cost = bill(run, price, failure_cost)
     return cost / run.successes if run.successes else math.inf
+
+
+def bill(run: TaskRun, price: ModelPrice, failure_cost: float = 0.0) -> float:
+    """What the run cost the product: its tokens, plus ``failure_cost`` per failed request."""
+    _check_failure_cost(failure_cost)
+    return total_cost(run, price) + (run.requests - run.successes) * failure_cost
+
+
+def _check_failure_cost(failure_cost: Any) -> None:
+    if not isinstance(failure_cost, Real) or isinstance(failure_cost, bool) or not 0 <= failure_cost < math.inf:
+        raise ValueError(f"failure_cost must be >= 0 (USD per failed request), got {failure_cost!r}")
 
 
 def price_from_throughput(name: str, tokens_per_second: float, dollars_per_hour: float,
@@ -197,17 +213,23 @@ def _by_task(runs: Sequence[TaskRun]) -> dict[str, list[TaskRun]]:
 
 
 def cheapest(runs: Iterable[TaskRun], prices: Iterable[ModelPrice] | Mapping[str, ModelPrice],
-             by: str = "success") -> dict[str, str]:
-    """``{task: model}``: the model with the lowest cost per success (``by="success"``) or per
-    request (``by="request"``) on each task. A tie goes to the model listed first.
+             by: str = "success", *, failure_cost: float = 0.0) -> dict[str, str]:
+    """``{task: model}``: the model with the lowest cost per success (``by="success"``, each failure
+    charged ``failure_cost`` on top) or per request (``by="request"``) on each task. A tie goes to
+    the model listed first.
 
     A task on which no model succeeded has no cheapest model per success and is left out of
     the ``by="success"`` result.
     """
     if by not in BY:
         raise ValueError(f"by must be one of {', '.join(map(repr, BY))}, got {by!r}")
+    _check_failure_cost(failure_cost)
     book = _price_book(prices)
-    per = cost_per_success if by == "success" else cost_per_request
+    if by == "success":
+        def per(run, price):
+            return cost_per_success(run, price, failure_cost)
+    else:
+        per = cost_per_request
     result = {}
     for task, task_runs in _by_task(_checked_runs(runs, book)).items():
         costs = [(per(run, book[run.model]), run.model) for run in task_runs]

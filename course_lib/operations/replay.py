@@ -5,10 +5,7 @@ same inputs on two deployments is what makes a comparison *paired* (``course_lib
 Each request gets its own seed (``seed`` plus its index), so a sampled replay repeats exactly and
 does not depend on which requests share its batch.
 
-    >>> from course_lib.model import Transformer, get_config
-    >>> from course_lib.data.corpus import heldout_split
-    >>> convos = heldout_split(1)[:2]
-    >>> run = replay(Transformer(get_config("tinychat")).eval(), None, convos, name="random weights")
+    >>> replay(None, None, [], name="no tokenizer")
     Traceback (most recent call last):
     ...
     ValueError: replay needs the model's tokenizer (load_tokenizer("tinychat"))

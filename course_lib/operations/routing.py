@@ -25,7 +25,7 @@ import math
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from course_lib.context.cost import ModelPrice, TaskRun, total_cost
+from course_lib.context.cost import ModelPrice, TaskRun, bill, cheapest
 from course_lib.sampling import SamplingParams
 from course_lib.serving import Engine
 
@@ -57,41 +57,25 @@ def serve_with_fallback(request, backends: Sequence[tuple[str, Callable]], valid
     return {"reply": None, "served_by": None, "attempts": attempts, "fell_back": len(attempts) > 1}
 
 
-def _book(prices: Iterable[ModelPrice] | Mapping[str, ModelPrice]) -> dict[str, ModelPrice]:
-    return dict(prices) if isinstance(prices, Mapping) else {p.name: p for p in prices}
-
-
-def _per_success(runs: Sequence[TaskRun], book: Mapping[str, ModelPrice], failure_cost: float) -> float:
-    """(the runs' token bill + failure_cost per failed request) / their successes; inf without a success."""
-    successes = sum(run.successes for run in runs)
-    bill = sum(total_cost(run, book[run.model]) + (run.requests - run.successes) * failure_cost for run in runs)
-    return bill / successes if successes else math.inf
-
-
 def route_by_task(runs: Iterable[TaskRun], prices: Iterable[ModelPrice] | Mapping[str, ModelPrice], *,
                   failure_cost: float = 0.0) -> dict[str, str]:
     """task -> the model that is cheapest per successful task on the measured runs, each failed
-    request charged ``failure_cost`` on top of its tokens (what a failure costs the product:
-    a retry, a person, a lost user). Ties go to the model measured first."""
-    if failure_cost < 0:
-        raise ValueError(f"failure_cost must be >= 0, got {failure_cost!r}")
-    book, route, best = _book(prices), {}, {}
-    for run in runs:
-        cost = _per_success([run], book, failure_cost)
-        if run.task not in best or cost < best[run.task]:
-            route[run.task], best[run.task] = run.model, cost
-    return route
+    request charged ``failure_cost`` on top of its tokens (``course_lib.context.cost.cheapest``)."""
+    return cheapest(runs, prices, by="success", failure_cost=failure_cost)
 
 
 def mix_cost_per_success(runs: Iterable[TaskRun], prices: Iterable[ModelPrice] | Mapping[str, ModelPrice],
                          route: Mapping[str, str], *, failure_cost: float = 0.0) -> float:
-    """What a success costs when each task goes to ``route[task]``: the routed runs' bills (failures
-    charged ``failure_cost`` each) over their successes."""
+    """What a success costs when each task goes to ``route[task]``: the routed runs' bills (tokens,
+    plus ``failure_cost`` per failed request) over their successes; inf without a success."""
+    book = dict(prices) if isinstance(prices, Mapping) else {p.name: p for p in prices}
     chosen = [run for run in runs if route.get(run.task) == run.model]
     missing = set(route) - {run.task for run in chosen}
     if missing:
         raise ValueError(f"no measured run for {sorted(missing)} on the model the route names")
-    return _per_success(chosen, _book(prices), failure_cost)
+    successes = sum(run.successes for run in chosen)
+    total = sum(bill(run, book[run.model], failure_cost) for run in chosen)
+    return total / successes if successes else math.inf
 
 
 def engine_backend(model, tokenizer, *, max_new_tokens: int = 48) -> Callable[[list[dict]], str]:
