@@ -126,13 +126,9 @@ def cost_per_success(run: TaskRun, price: ModelPrice, failure_cost: float = 0.0)
 
 def bill(run: TaskRun, price: ModelPrice, failure_cost: float = 0.0) -> float:
     """What the run cost the product: its tokens, plus ``failure_cost`` per failed request."""
-    _check_failure_cost(failure_cost)
-    return total_cost(run, price) + (run.requests - run.successes) * failure_cost
-
-
-def _check_failure_cost(failure_cost: Any) -> None:
     if not isinstance(failure_cost, Real) or isinstance(failure_cost, bool) or not 0 <= failure_cost < math.inf:
         raise ValueError(f"failure_cost must be >= 0 (USD per failed request), got {failure_cost!r}")
+    return total_cost(run, price) + (run.requests - run.successes) * failure_cost
 
 
 def price_from_throughput(name: str, tokens_per_second: float, dollars_per_hour: float,
@@ -223,8 +219,7 @@ def cheapest(runs: Iterable[TaskRun], prices: Iterable[ModelPrice] | Mapping[str
     """
     if by not in BY:
         raise ValueError(f"by must be one of {', '.join(map(repr, BY))}, got {by!r}")
-    _check_failure_cost(failure_cost)
-    book = _price_book(prices)
+    book = _price_book(prices)  # failure_cost is checked by bill(), through cost_per_success
     if by == "success":
         def per(run, price):
             return cost_per_success(run, price, failure_cost)
