@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2> $(VENV)/pip-warnings.log \
 		|| { cat $(VENV)/pip-warnings.log; exit 1; }
+	@# jupyter-events pulls rfc3987-syntax in through jsonschema's format extra. Importing it
+	@# builds some twenty Earley parsers, 2-3 s in every process that imports jsonschema: each
+	@# kernel, nbgrader step and `course` command. jsonschema checks the other formats without it.
+	$(BIN)/python -m pip uninstall --quiet --yes rfc3987-syntax
 	$(BIN)/python -c "from course_lib.tokenization import prime_tiktoken_cache as p; p()"
 	@touch $(STAMP)
 

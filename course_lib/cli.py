@@ -17,16 +17,9 @@ import sys
 from pathlib import Path
 
 from course_lib import validation
-from course_lib.pipeline.authoring import AuthoringError
-from course_lib.pipeline.check import CHECK_CELL_TIMEOUT, check_notebook, format_report
-from course_lib.pipeline.export import FORMATS, NothingToExport, export_grades
-from course_lib.pipeline.grade import GradeOptions, NoSubmissions, format_table, grade
-from course_lib.pipeline.hidden import ALL_OR_NOTHING, PARTIAL, SCORING, HiddenTestsMissing
-from course_lib.pipeline.nbgrader_run import NbgraderFailed
-from course_lib.pipeline.notebook_io import NotebookError
-from course_lib.pipeline.paths import CourseNotFound, find_course
-from course_lib.pipeline.release import UnknownAssignment, release
-from course_lib.pipeline.sandbox import Limits, SandboxUnavailable
+
+# The pipeline (nbformat, nbgrader) is imported by the commands that use it, not here: the
+# delegated commands (drill, serve, train, ...) start without paying for it.
 
 
 def positive_int(text: str) -> int:
@@ -39,23 +32,33 @@ def positive_int(text: str) -> int:
 
 def cmd_lab(args) -> int:
     from course_lib.lab import run_lab
+    from course_lib.pipeline.paths import find_course
 
     return run_lab(find_course(), args.ip, args.port, instructor=args.instructor)
 
 
 def cmd_check(args) -> int:
+    from course_lib.pipeline.check import check_notebook, format_report
+
     report = check_notebook(Path(args.notebook), cell_timeout=args.timeout, full=args.full)
     print(format_report(report))
     return 0 if report.ok else 1
 
 
 def cmd_release(args) -> int:
+    from course_lib.pipeline.paths import find_course
+    from course_lib.pipeline.release import release
+
     for name, changed in release(find_course(), args.names or None):
         print(f"{name}: notebooks/{name}.ipynb {'updated' if changed else 'unchanged'}")
     return 0
 
 
 def cmd_grade(args) -> int:
+    from course_lib.pipeline.grade import GradeOptions, format_table, grade
+    from course_lib.pipeline.paths import find_course
+    from course_lib.pipeline.sandbox import Limits
+
     paths = find_course()
     options = GradeOptions(cell_timeout=args.cell_timeout, notebook_timeout=args.timeout, jobs=args.jobs,
                            sandbox=not args.no_sandbox, scoring=args.scoring,
@@ -73,6 +76,9 @@ def cmd_grade(args) -> int:
 
 
 def cmd_export_grades(args) -> int:
+    from course_lib.pipeline.export import NothingToExport, export_grades
+    from course_lib.pipeline.paths import find_course
+
     paths = find_course()
     try:
         path, scores = export_grades(paths, args.assignment, args.format,
@@ -107,6 +113,12 @@ def run_delegated(command: str, rest: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from course_lib.pipeline.check import CHECK_CELL_TIMEOUT
+    from course_lib.pipeline.export import FORMATS
+    from course_lib.pipeline.grade import GradeOptions
+    from course_lib.pipeline.hidden import ALL_OR_NOTHING, PARTIAL, SCORING
+    from course_lib.pipeline.sandbox import Limits
+
     parser = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -169,6 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DELEGATED:
         return run_delegated(argv[0], argv[1:])
+    from course_lib.pipeline.authoring import AuthoringError
+    from course_lib.pipeline.grade import NoSubmissions
+    from course_lib.pipeline.hidden import HiddenTestsMissing
+    from course_lib.pipeline.nbgrader_run import NbgraderFailed
+    from course_lib.pipeline.notebook_io import NotebookError
+    from course_lib.pipeline.paths import CourseNotFound
+    from course_lib.pipeline.release import UnknownAssignment
+    from course_lib.pipeline.sandbox import SandboxUnavailable
+
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
