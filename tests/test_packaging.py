@@ -47,3 +47,13 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (REPO / ".ci" / "run").read_text()
     assert "make test" in (REPO / "README.md").read_text()
     assert "make lab" in (REPO / "README.md").read_text()
+
+
+def test_the_environment_leaves_out_rfc3987_syntax():
+    """jupyter-events pulls it in; importing it builds Earley parsers for 2-3 s in every process
+    that imports jsonschema (each kernel, nbgrader step and `course` command), so make install
+    removes it (see the Makefile) and jsonschema checks every other format without it."""
+    import importlib.util
+
+    assert importlib.util.find_spec("rfc3987_syntax") is None, \
+        "run `make install` again, or `pip uninstall rfc3987-syntax` in this environment"
