@@ -601,7 +601,8 @@ print(drill.solution)
 # - `"usd_per_day"`: `usd_per_request * requests_per_day`;
 # - `"meets_slo"`: `True` when `ttft_s * 1000 <= ttft_slo_ms` and `latency_s <= latency_slo_s`.
 #
-# Raise `ValueError`, with the offending key's name in the message, when a key is missing;
+# Raise `ValueError`, naming the offending key in the message (not echoing the whole
+# scenario, which names every key), when a key is missing;
 # when `prompt_tokens` or `output_tokens` is not an `int` of at least 1; when
 # `requests_per_day` is not an `int` of at least 0; when `cached_tokens` is not an `int` from 0
 # to `prompt_tokens - 1` (the last prompt token is always computed: it produces the first

@@ -1,6 +1,8 @@
 """Known-wrong answers to notebook 09, each with the rule it breaks (run by test_wrong_answers.py)."""
 from __future__ import annotations
 
+import re
+
 from tests.hidden.mutants import moved, mutant
 
 A = "09_capstone"
@@ -203,6 +205,10 @@ WRONG_ANSWERS = [
     ("latency_cost_budget", {"latency_cost_budget": _budget_with(cached_max="prompt")}, "the whole prompt cached"),
     ("latency_cost_budget", {"latency_cost_budget": _budget_with(validate=False)}, "invalid input raises ValueError"),
     ("latency_cost_budget", {"latency_cost_budget": _budget_with(name_key=False)}, "the ValueError names the key"),
+    # Every message the whole scenario's repr: it holds the offending key's name among all the others.
+    _budget_entry("the ValueError names the key", "_budget_echoes_the_scenario",
+                  lambda source: re.sub(r'raise ValueError\(f".*"\)', 'raise ValueError(f"bad scenario: {scenario!r}")',
+                                        source)),
     ("latency_cost_budget", {"latency_cost_budget": _budget_with(int_tokens=False)}, "a float output token count"),
     ("latency_cost_budget", {"latency_cost_budget": _budget_with(utilization_max=2.0)}, "a utilization above 1"),
     ("diagnose_trace", {"diagnose_trace": _diagnose_with(healthy=None)}, "a healthy grounded answer"),
