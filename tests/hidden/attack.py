@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import course_lib
 from course_lib.pipeline.authoring import parse
-from course_lib.pipeline.hidden import Checks, LocalLearner, hidden_test, load_hidden, partial_score, run_hidden_test
+from course_lib.pipeline.hidden import Checks, LocalLearner, hidden_test, partial_score, run_hidden_test
 from course_lib.pipeline.withheld import VISIBLE_CHECKS, withheld_modules
-from tests.hidden.conftest import AUTHORING, HIDDEN, answers
+from tests.hidden.conftest import AUTHORING, answers, hidden_module
 
 # Words that say nothing about what a function does, so sharing one is no fit.
 GENERIC = {"get", "set", "apply", "make", "run", "the", "of", "to", "from", "with", "by", "for",
@@ -264,7 +264,7 @@ def run_with_deadline(fn, seconds: float):
 def hidden_verdict(notebook: str, exercise: str, replacements: dict) -> Checks:
     """The exercise's hidden test run on the reference namespace with ``replacements``."""
     learner = LocalLearner({**answers(notebook), **replacements})
-    test = hidden_test(load_hidden(HIDDEN / f"{notebook}.py"), exercise)
+    test = hidden_test(hidden_module(notebook), exercise)
     try:
         return run_with_deadline(lambda: run_hidden_test(test, learner), TRIAL_SECONDS)
     except TrialTimeout:
@@ -311,7 +311,7 @@ def attack(notebook: str, exercise: str) -> list[Trial]:
 
 def switched_off(notebook: str, candidate: Candidate) -> bool:
     """Inside this notebook's grading sandbox, the candidate cannot run: withheld or stubbed."""
-    references = set(getattr(load_hidden(HIDDEN / f"{notebook}.py"), "REFERENCES", ()))
+    references = set(getattr(hidden_module(notebook), "REFERENCES", ()))
     withheld = any(candidate.dotted == m or candidate.dotted.startswith(m + ".") for m in withheld_modules())
     return withheld or candidate.dotted in references
 

@@ -34,6 +34,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 @functools.lru_cache(maxsize=None)
+def hidden_module(name: str):
+    """A notebook's hidden-test module, loaded once per test process. Its tests are plain
+    functions, and 04's memoises its expected decodes, which the attack would otherwise
+    recompute for each of its hundreds of trials."""
+    return load_hidden(HIDDEN / f"{name}.py")
+
+
+@functools.lru_cache(maxsize=None)
 def answers(name: str) -> dict:
     """The namespace a notebook's setup and solution cells leave behind (a fresh copy each time)."""
     nb = build_notebook(AUTHORING / f"{name}.py")
@@ -51,7 +59,7 @@ def notebook_exercises(name: str) -> list[str]:
 def verdict(name: str, exercise: str, **replacements):
     """The hidden test of ``exercise`` run on the reference answers, some of them replaced."""
     learner = LocalLearner({**answers(name), **replacements})
-    return run_hidden_test(hidden_test(load_hidden(HIDDEN / f"{name}.py"), exercise), learner)
+    return run_hidden_test(hidden_test(hidden_module(name), exercise), learner)
 
 
 def test_cell(name: str, exercise: str) -> str:
