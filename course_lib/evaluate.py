@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 from course_lib.context.grounding import accuracy_by, grounded_metrics
-from course_lib.data.corpus import HELDOUT_SEED, TASKS, Conversation, corpus_fingerprint, generate_corpus, heldout_split
+from course_lib.data.corpus import (HELDOUT_SEED, TASKS, Conversation, absent_twins, corpus_fingerprint,
+                                   generate_corpus, heldout_split)
 from course_lib.data.scoring import SCORERS
 from course_lib.generation.replies import generate_replies
 from course_lib.model import data_dir, default_device, load_model, load_tokenizer
@@ -137,7 +138,10 @@ def _seen_in_shipped_training(model_dir: Path | None, conversations) -> dict[str
     meta_path = (model_dir or data_dir("tinychat")) / "training.json"
     try:
         meta = json.loads(meta_path.read_text())
-        training = generate_corpus(meta["settings"]["conversations"], meta["settings"]["corpus_seed"])
+        settings = meta["settings"]
+        corpus = generate_corpus(settings["conversations"], settings["corpus_seed"])
+        # a run with absent twins trained on them too (course_lib.train.training_corpus)
+        training = corpus + absent_twins(corpus, settings.get("absent_twins", 0.0), settings["corpus_seed"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no metadata: the column is left out
     if corpus_fingerprint(training) != meta.get("corpus_sha256"):

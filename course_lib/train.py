@@ -38,7 +38,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from course_lib.data.batching import IGNORE_INDEX, LengthBatches, encode_conversation
-from course_lib.data.corpus import TRAIN_SEED, Conversation, corpus_fingerprint, generate_corpus
+from course_lib.data.corpus import TRAIN_SEED, Conversation, absent_twins, corpus_fingerprint, generate_corpus
 from course_lib.model import (CONFIGS, Transformer, WeightsNotFoundError, data_dir, default_device, get_config,
                               save_model)
 from course_lib.tokenization.bpe import BPETokenizer
@@ -67,6 +67,10 @@ class TrainSettings:
     # It must agree with vocab_size and split_pattern above. None: train a BPE tokenizer.
     tokenizer: str | None = None
     conversations: int = 40_000  # size of the generated training corpus
+    # Minimal pairs added to it: this fraction of the answered grounded conversations gets a twin
+    # whose supporting passage is about another entity, answered "The passages do not say."
+    # (course_lib.data.corpus.absent_twins). The tokenizer is learned before they are added.
+    absent_twins: float = 0.0
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
     steps: int = 6000  # optimizer steps
@@ -85,6 +89,8 @@ class TrainSettings:
             raise ValueError(f"split_pattern must be one of {sorted(PATTERNS)}, got {self.split_pattern!r}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup < 0:
             raise ValueError("lr must be > 0, min_lr_ratio in [0, 1] and warmup >= 0")
+        if not 0.0 <= self.absent_twins <= 1.0:
+            raise ValueError(f"absent_twins is a fraction in [0, 1], got {self.absent_twins!r}")
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"tokenizer must be a model name or a path, got {self.tokenizer!r}")
 
@@ -158,6 +164,18 @@ def reuse_tokenizer(settings: TrainSettings) -> tuple[BPETokenizer, dict]:
     return tokenizer, record
 
 
+def training_corpus(settings: TrainSettings) -> tuple[list[Conversation], list[Conversation]]:
+    """The conversations a run trains on: the generated corpus (which a learned tokenizer is
+    trained on) and its absent twins (``settings.absent_twins``), both pure functions of the seed.
+
+    >>> corpus, twins = training_corpus(TrainSettings(conversations=200, absent_twins=1.0))
+    >>> len(corpus), {t.task for t in twins}
+    (200, {'grounded'})
+    """
+    corpus = generate_corpus(settings.conversations, settings.corpus_seed)
+    return corpus, absent_twins(corpus, settings.absent_twins, settings.corpus_seed)
+
+
 def learning_rate(step: int, settings: TrainSettings) -> float:
     """Linear warm-up, then cosine decay to lr * min_lr_ratio.
 
@@ -201,13 +219,14 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
     device = default_device() if device is None else torch.device(device)
     started = time.perf_counter()
     reused = reuse_tokenizer(settings) if settings.tokenizer is not None else None  # first: fail fast
-    conversations = generate_corpus(settings.conversations, settings.corpus_seed)
+    conversations, twins = training_corpus(settings)
     if reused is not None:
         tokenizer, tokenizer_record = reused
     else:
         tokenizer = train_tokenizer(conversations, settings.vocab_size, PATTERNS[settings.split_pattern])
         tokenizer_record = {"trained": True}
     config = get_config(settings.config, vocab_size=tokenizer.n_vocab, **settings.overrides)
+    conversations = conversations + twins  # after the tokenizer: it learns from the generated corpus alone
     encoded = [encode_conversation(tokenizer, c.messages) for c in conversations]
     batches = LengthBatches(encoded, batch_size=settings.batch_size,
                             pad_id=tokenizer.special_tokens[END_OF_TEXT], max_len=config.max_seq_len)
@@ -247,6 +266,7 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
         "tokenizer": tokenizer_record,
         "corpus_sha256": corpus_fingerprint(conversations),
         "corpus_tokens": sum(len(ids) for ids, _ in encoded),
+        "conversations_trained": len(conversations),  # the generated corpus and its absent twins
         "epochs": round(settings.steps * settings.batch_size / len(encoded), 2),
     }
     return TrainResult(model, tokenizer, losses, metadata)
@@ -282,8 +302,8 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
     return directory
 
 
-_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "seed", "steps", "batch_size", "lr",
-            "warmup")
+_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "seed", "steps",
+            "batch_size", "lr", "warmup")
 
 
 def _parser() -> argparse.ArgumentParser:

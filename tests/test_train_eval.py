@@ -18,6 +18,7 @@ from course_lib.train import (
     learning_rate,
     run_training,
     save_artifacts,
+    training_corpus,
 )
 
 TINY = dict(config="test-gqa", conversations=300, vocab_size=400, batch_size=16, lr=5e-3, warmup=5,
@@ -53,6 +54,17 @@ def test_saved_artifacts_load_back(tiny_run, tmp_path):
     assert meta["settings"]["seed"] == 0
     assert meta["final_loss"] == pytest.approx(sum(tiny_run.losses[-40:]) / 40, abs=1e-4)
     assert meta["corpus_sha256"] == corpus_fingerprint(generate_corpus(300, meta["settings"]["corpus_seed"]))
+
+
+def test_absent_twins_are_trained_on_but_the_tokenizer_learns_without_them(tiny_run):
+    twinned = run_training(TrainSettings(steps=2, absent_twins=1.0, **TINY), device="cpu", progress=False)
+    corpus, twins = training_corpus(TrainSettings(absent_twins=1.0, **TINY))
+    assert len(twins) > 0 and twinned.metadata["conversations_trained"] == len(corpus) + len(twins)
+    assert twinned.metadata["corpus_sha256"] == corpus_fingerprint(corpus + twins)
+    assert twinned.tokenizer.merges == tiny_run.tokenizer.merges  # learned from the same generated corpus
+    assert tiny_run.metadata["conversations_trained"] == len(corpus)
+    with pytest.raises(ValueError, match="absent_twins"):
+        TrainSettings(absent_twins=2.0)
 
 
 def test_learning_rate_schedule():
@@ -203,5 +215,6 @@ def test_shipped_model_loads_and_answers(tinychat):
 def test_shipped_corpus_is_reproducible():
     meta = json.loads((SHIPPED / METADATA_FILE).read_text())
     settings = meta["settings"]
-    corpus = generate_corpus(settings["conversations"], settings["corpus_seed"])
-    assert corpus_fingerprint(corpus) == meta["corpus_sha256"], "the generator changed: retrain the model"
+    corpus, twins = training_corpus(TrainSettings(**settings))
+    assert corpus_fingerprint(corpus + twins) == meta["corpus_sha256"], "the generator changed: retrain the model"
+    assert meta.get("conversations_trained", len(corpus)) == len(corpus) + len(twins)

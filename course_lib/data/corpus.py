@@ -37,7 +37,7 @@ from typing import Any
 
 from course_lib.data import facts
 from course_lib.data.facts import article, made_up_name
-from course_lib.data.grounded import grounded_conversation
+from course_lib.data.grounded import absent_twin, grounded_conversation
 from course_lib.tokenization.chat_template import END_OF_TEXT, TOOL_CALL, render_chat
 
 TRAIN_SEED = 20261129
@@ -328,6 +328,37 @@ def generate_corpus(n: int, seed: int, tasks: tuple[str, ...] | None = None,
     rng = random.Random(seed)
     weights = [TASK_WEIGHTS[t] for t in chosen]
     return [generate_conversation(rng, rng.choices(chosen, weights)[0], split) for _ in range(n)]
+
+
+def absent_twins(conversations: list[Conversation], fraction: float, seed: int) -> list[Conversation]:
+    """Minimal pairs for training: ``fraction`` of the answered grounded conversations, each with
+    its supporting passage swapped for a same-kind statement about another entity and the reply
+    changed to the abstention (``course_lib.data.grounded.absent_twin``).
+
+    Training data only: every twin's question is redrawn until it falls in the training split,
+    and the held-out split stays a plain draw of ``generate_corpus``'s generator. The same
+    (conversations, fraction, seed) give the same twins.
+
+    >>> base = generate_corpus(40, seed=5, tasks=("grounded",))
+    >>> twins = absent_twins(base, 1.0, seed=5)
+    >>> len(twins) == sum(c.expected["passage_id"] is not None for c in base)
+    True
+    >>> {t.reply for t in twins}, {question_split(t.messages[t.reply_index - 1]["content"]) for t in twins}
+    ({'The passages do not say.'}, {'train'})
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+    rng = random.Random(f"absent-twins/{seed}")
+    twins = []
+    for convo in conversations:
+        if convo.task != "grounded" or convo.expected["passage_id"] is None or rng.random() >= fraction:
+            continue
+        while True:
+            messages, expected = absent_twin(rng, convo.messages[: convo.reply_index + 1], convo.expected)
+            if question_split(messages[-2]["content"]) == "train":
+                break
+        twins.append(Conversation("grounded", tuple(messages), len(messages) - 1, expected))
+    return twins
 
 
 def heldout_split(per_task: int, seed: int = HELDOUT_SEED) -> list[Conversation]:

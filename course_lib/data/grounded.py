@@ -25,12 +25,12 @@ passage's statement and gives its id in brackets:
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from course_lib.data import facts
 from course_lib.data.facts import article, made_up_name
-from course_lib.data.passages import Passage, user_with_passages
+from course_lib.data.passages import Passage, render_passage, user_with_passages
 
 GROUNDED_ABSTAIN = "The passages do not say."
 MODES: dict[str, float] = {"new": 0.45, "contradict": 0.25, "absent": 0.30}
@@ -96,10 +96,11 @@ def _made_up_value(rng: random.Random, kind: str, avoid: str | None = None) -> s
             return value
 
 
-def _distractor(rng: random.Random, avoid: set[str], asked: str) -> str:
+def _distractor(rng: random.Random, avoid: set[str], asked: str, *, same_kind: bool = False) -> str:
     """A fact about some other entity, known or made up, true or not: noise to be ignored.
-    Most are of the kind asked about, so only the entity tells the right passage apart."""
-    kind = asked if rng.random() < 0.6 else rng.choice(list(STATEMENTS))
+    Most are of the kind asked about, so only the entity tells the right passage apart;
+    ``same_kind=True`` makes it one of them (and draws nothing to decide)."""
+    kind = asked if same_kind or rng.random() < 0.6 else rng.choice(list(STATEMENTS))
     while True:
         entity = rng.choice(list(_KNOWN[kind])) if rng.random() < 0.5 else made_up_name(rng, kind)
         if entity.lower() not in avoid:
@@ -151,3 +152,39 @@ def grounded_conversation(rng: random.Random, *, mode: str | None = None, n_pass
                 "weights_value": weights_value, "n_passages": n, "position": position}
     return [{"role": "user", "content": user_with_passages(question, passages)},
             {"role": "assistant", "content": reply}], expected
+
+
+def absent_twin(rng: random.Random, messages: Sequence[Mapping[str, str]],
+                expected: Mapping[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """The minimal pair of an answered grounded conversation: the supporting passage becomes a
+    statement of the same kind about another entity, so no passage says and the reply declines.
+
+    The two prompts differ in one entity name, which is exactly what decides between answering
+    and declining: trained side by side, they teach the model to match the entity asked about,
+    where the question's shape alone would let it copy a same-kind distractor's value.
+    ``messages`` end with the user message and its reply (a system message may come first).
+
+    >>> messages, expected = grounded_conversation(random.Random(3))
+    >>> twin, twin_expected = absent_twin(random.Random(0), messages, expected)
+    >>> twin[-1]["content"], twin_expected["mode"], twin_expected["entity"] == expected["entity"]
+    ('The passages do not say.', 'absent', True)
+    >>> expected["value"] in messages[-2]["content"], expected["value"] in twin[-2]["content"]
+    (True, False)
+    """
+    if expected.get("passage_id") is None:
+        raise ValueError("only a conversation that a passage answers has an absent twin")
+    *before, user, _reply = (dict(m) for m in messages)
+    support = render_passage(Passage(expected["passage_id"], statement(expected["kind"], expected["entity"],
+                                                                       expected["value"]), 0.0))
+    if user["content"].count(support) != 1:
+        raise ValueError("the supporting passage is not in the user message once; is this a grounded conversation?")
+    asked = expected["entity"].lower()
+    while True:  # another entity of the kind asked about, one the prompt does not already name
+        avoid = {asked}
+        other = _distractor(rng, avoid, expected["kind"], same_kind=True)  # adds its entity to avoid
+        if not any(name in user["content"].lower() for name in avoid - {asked}):
+            break
+    user["content"] = user["content"].replace(
+        support, render_passage(Passage(expected["passage_id"], other, 0.0)))
+    twin_expected = {**expected, "mode": "absent", "value": None, "passage_id": None, "position": None}
+    return [*before, user, {"role": "assistant", "content": GROUNDED_ABSTAIN}], twin_expected

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["PASSAGES_CLOSE", "PASSAGES_OPEN", "Passage", "render_passages", "user_with_passages"]
+__all__ = ["PASSAGES_CLOSE", "PASSAGES_OPEN", "Passage", "render_passage", "render_passages", "user_with_passages"]
 
 PASSAGES_OPEN = "<passages>"  # short on purpose: every fence token comes out of a 512-token window
 PASSAGES_CLOSE = "</passages>"
@@ -33,11 +33,16 @@ class Passage:
     score: float  # higher is better; ties keep the input order
 
 
+def render_passage(passage: Passage) -> str:
+    """One passage inside the fence: its id in the opening tag, its text whole."""
+    return f'<passage id="{passage.id}">\n{passage.text}\n</passage>'
+
+
 def render_passages(passages: Sequence[Passage]) -> str:
     """Passages (already in rank order) -> one fenced data block; '' for none."""
     if not passages:
         return ""
-    blocks = [f'<passage id="{p.id}">\n{p.text}\n</passage>' for p in passages]
+    blocks = [render_passage(p) for p in passages]
     return "\n".join([PASSAGES_OPEN, *blocks, PASSAGES_CLOSE])
 
 

@@ -115,3 +115,51 @@ def test_heldout_questions_never_occur_in_training():
         assert question_split(question) == "heldout" and question not in train
     assert all(question_split(next(m["content"] for m in c.messages if m["role"] == "user")) == "train"
                for c in generate_corpus(500, 3))
+
+
+# ---------------------------------------------------------------- absent twins (training only)
+@pytest.mark.parametrize("seed", range(100))
+def test_an_absent_twin_differs_from_its_original_in_the_one_passage_that_answered(seed):
+    from course_lib.data.grounded import absent_twin
+
+    messages, exp = grounded_conversation(random.Random(seed), mode=("new", "contradict")[seed % 2])
+    twin, twin_exp = absent_twin(random.Random(seed), messages, exp)
+    passages, question, _ = _parts(messages)
+    twin_passages, twin_question, _ = _parts(twin)
+    assert twin_question == question and list(twin_passages) == list(passages)  # same ids, same order
+    changed = [pid for pid in passages if passages[pid] != twin_passages[pid]]
+    assert changed == [exp["passage_id"]]
+    swapped = twin_passages[exp["passage_id"]]
+    assert not re.search(rf"\b{re.escape(exp['entity'])}\b", swapped)
+    assert statement(exp["kind"], "X", "Y").split("X")[0] in swapped or exp["kind"] == "legs"
+    assert swapped.endswith(" legs.") == (exp["kind"] == "legs")  # the same kind of statement
+    assert twin[-1]["content"] == GROUNDED_ABSTAIN
+    assert twin_exp == {**exp, "mode": "absent", "value": None, "passage_id": None, "position": None}
+    assert messages[1]["content"] != GROUNDED_ABSTAIN  # the original is left as it was
+
+
+def test_absent_twins_are_training_data_and_leave_the_corpus_alone():
+    from course_lib.data.corpus import absent_twins
+
+    base = generate_corpus(400, TRAIN_SEED)
+    snapshot = list(base)
+    twins = absent_twins(base, 0.5, TRAIN_SEED)
+    assert base == snapshot
+    answered = sum(c.task == "grounded" and c.expected["passage_id"] is not None for c in base)
+    assert 0.35 * answered < len(twins) < 0.65 * answered
+    assert twins == absent_twins(base, 0.5, TRAIN_SEED) and absent_twins(base, 0.0, TRAIN_SEED) == []
+    assert all(question_split(t.messages[t.reply_index - 1]["content"]) == "train" for t in twins)
+    assert all(t.reply == GROUNDED_ABSTAIN and t.expected["mode"] == "absent" for t in twins)
+    with pytest.raises(ValueError, match="fraction"):
+        absent_twins(base, 1.5, TRAIN_SEED)
+
+
+def test_an_absent_twin_needs_a_passage_that_answers():
+    from course_lib.data.grounded import absent_twin
+
+    messages, exp = grounded_conversation(random.Random(0), mode="absent")
+    with pytest.raises(ValueError, match="only a conversation that a passage answers"):
+        absent_twin(random.Random(0), messages, exp)
+    messages, exp = grounded_conversation(random.Random(0), mode="new")
+    with pytest.raises(ValueError, match="not in the user message"):
+        absent_twin(random.Random(0), [messages[0] | {"content": "What?"}, messages[1]], exp)
