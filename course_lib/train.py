@@ -71,6 +71,15 @@ class TrainSettings:
     # whose supporting passage is about another entity, answered "The passages do not say."
     # (course_lib.data.corpus.absent_twins). The tokenizer is learned before they are added.
     absent_twins: float = 0.0
+    # A finishing phase (a curriculum): the last `finish_steps` steps draw their batches from the
+    # same corpus re-weighted so grounded conversations make up `finish_grounded_share` of them;
+    # the other tasks stay in it as replay. 0 steps: one phase, the corpus as drawn.
+    finish_steps: int = 0
+    finish_grounded_share: float = 0.85
+    # The loss weight of the first DECISION_TOKENS tokens of each grounded reply, where the reply
+    # commits to answering ("The capital of", "A bee") or declining ("The passages"); every other
+    # learned token weighs 1. 1.0: a plain mean over the learned tokens.
+    decision_weight: float = 1.0
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
     steps: int = 6000  # optimizer steps
@@ -89,6 +98,12 @@ class TrainSettings:
             raise ValueError(f"split_pattern must be one of {sorted(PATTERNS)}, got {self.split_pattern!r}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup < 0:
             raise ValueError("lr must be > 0, min_lr_ratio in [0, 1] and warmup >= 0")
+        if not 0 <= self.finish_steps <= self.steps:
+            raise ValueError(f"finish_steps must be in [0, steps={self.steps}], got {self.finish_steps!r}")
+        if not 0.0 < self.finish_grounded_share <= 1.0:
+            raise ValueError(f"finish_grounded_share is a fraction in (0, 1], got {self.finish_grounded_share!r}")
+        if not self.decision_weight > 0:
+            raise ValueError(f"decision_weight must be > 0, got {self.decision_weight!r}")
         if not 0.0 <= self.absent_twins <= 1.0:
             raise ValueError(f"absent_twins is a fraction in [0, 1], got {self.absent_twins!r}")
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
@@ -176,6 +191,62 @@ def training_corpus(settings: TrainSettings) -> tuple[list[Conversation], list[C
     return corpus, absent_twins(corpus, settings.absent_twins, settings.corpus_seed)
 
 
+def finishing_subset(conversations: list[Conversation], settings: TrainSettings) -> list[int]:
+    """Indices of the conversations the finishing phase draws from: every grounded one and a
+    seeded sample of the others, sized so grounded ones are ``finish_grounded_share`` of them.
+
+    >>> convos = generate_corpus(200, seed=3)
+    >>> picked = finishing_subset(convos, TrainSettings(finish_steps=1, finish_grounded_share=0.5))
+    >>> grounded = sum(convos[i].task == "grounded" for i in picked)
+    >>> grounded == sum(c.task == "grounded" for c in convos) == len(picked) - grounded
+    True
+    """
+    grounded = [i for i, c in enumerate(conversations) if c.task == "grounded"]
+    others = [i for i, c in enumerate(conversations) if c.task != "grounded"]
+    share = settings.finish_grounded_share
+    keep = min(len(others), round(len(grounded) * (1 - share) / share))
+    picked = torch.randperm(len(others), generator=torch.Generator().manual_seed(settings.seed))[:keep]
+    return sorted(grounded + [others[i] for i in picked.tolist()])
+
+
+DECISION_TOKENS = 2  # "A bee" decides at its first token, "The capital" / "The passages" at its second
+
+
+def weigh_decisions(encoded: list[tuple[list[int], list[int]]], conversations: list[Conversation],
+                    weight: float) -> list[tuple[list[int], list[float]]]:
+    """The encoded corpus with the first DECISION_TOKENS learned tokens of every grounded reply
+    weighted ``weight`` in the loss (the mask's 1s elsewhere); unchanged when weight is 1.
+
+    >>> convos = generate_corpus(40, seed=3)
+    >>> encoded = [([1, 2, 3, 4, 5], [0, 0, 1, 1, 1]) for _ in convos]
+    >>> weighted = weigh_decisions(encoded, convos, 3.0)
+    >>> [w for (_, w), c in zip(weighted, convos) if c.task == "grounded"][0]
+    [0, 0, 3.0, 3.0, 1]
+    >>> {tuple(w) for (_, w), c in zip(weighted, convos) if c.task != "grounded"}
+    {(0, 0, 1, 1, 1)}
+    """
+    if weight == 1:
+        return encoded
+    weighted = []
+    for (ids, mask), convo in zip(encoded, conversations):
+        if convo.task == "grounded":
+            first = mask.index(1)  # the reply is the conversation's only assistant message
+            mask = mask[:first] + [weight] * DECISION_TOKENS + mask[first + DECISION_TOKENS:]
+        weighted.append((ids, mask))
+    return weighted
+
+
+def _two_phases(first, first_steps: int, second):
+    """The first stream's first ``first_steps`` batches, then the second stream's.
+
+    >>> list(_two_phases(iter("abc"), 2, iter("xyz")))
+    ['a', 'b', 'x', 'y', 'z']
+    """
+    for _ in range(first_steps):
+        yield next(first)
+    yield from second
+
+
 def learning_rate(step: int, settings: TrainSettings) -> float:
     """Linear warm-up, then cosine decay to lr * min_lr_ratio.
 
@@ -191,8 +262,10 @@ def learning_rate(step: int, settings: TrainSettings) -> float:
     return floor + (settings.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, *, fused: bool = False) -> torch.Tensor:
-    """Mean cross-entropy over positions whose target is not IGNORE_INDEX.
+def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None,
+                *, fused: bool = False) -> torch.Tensor:
+    """Mean cross-entropy over positions whose target is not IGNORE_INDEX (weighted by
+    ``weights`` (B, T) when given: sum(w * loss) / sum(w) over those positions).
 
     Logits are computed only at those positions: the same loss as taking cross_entropy of
     model(inputs) with ignore_index, without projecting the ~80% of positions that are ignored.
@@ -210,7 +283,11 @@ def masked_loss(model: Transformer, inputs: torch.Tensor, targets: torch.Tensor,
     """
     learned = targets != IGNORE_INDEX  # (B, T)
     states = model.hidden_states(inputs, fused=fused)[learned]  # (N, d_model): the N learned positions
-    return F.cross_entropy(model.lm_head(states), targets[learned])  # (N, V), (N,)
+    if weights is None:
+        return F.cross_entropy(model.lm_head(states), targets[learned])  # (N, V), (N,)
+    losses = F.cross_entropy(model.lm_head(states), targets[learned], reduction="none")  # (N,)
+    w = weights[learned]  # (N,)
+    return (losses * w).sum() / w.sum()
 
 
 def run_training(settings: TrainSettings, *, device: torch.device | str | None = None,
@@ -227,9 +304,15 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
         tokenizer_record = {"trained": True}
     config = get_config(settings.config, vocab_size=tokenizer.n_vocab, **settings.overrides)
     conversations = conversations + twins  # after the tokenizer: it learns from the generated corpus alone
-    encoded = [encode_conversation(tokenizer, c.messages) for c in conversations]
-    batches = LengthBatches(encoded, batch_size=settings.batch_size,
-                            pad_id=tokenizer.special_tokens[END_OF_TEXT], max_len=config.max_seq_len)
+    encoded = weigh_decisions([encode_conversation(tokenizer, c.messages) for c in conversations], conversations,
+                              settings.decision_weight)
+    pad_id = tokenizer.special_tokens[END_OF_TEXT]
+    batches = LengthBatches(encoded, batch_size=settings.batch_size, pad_id=pad_id, max_len=config.max_seq_len)
+    finish_batches = None
+    if settings.finish_steps:
+        finishing = finishing_subset(conversations, settings)
+        finish_batches = LengthBatches([encoded[i] for i in finishing], batch_size=settings.batch_size,
+                                       pad_id=pad_id, max_len=config.max_seq_len)
 
     # Attention weights and gradients soon hold many values below float32's normal range; x86 CPUs
     # do arithmetic on such subnormals far more slowly, and flushing them to zero changes nothing
@@ -245,6 +328,9 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
                                        {"params": no_decay, "weight_decay": 0.0}],
                                       lr=settings.lr, betas=(0.9, 0.95))
         stream = batches.stream(torch.Generator().manual_seed(settings.seed))
+        if finish_batches is not None:
+            stream = _two_phases(stream, settings.steps - settings.finish_steps,
+                                 finish_batches.stream(torch.Generator().manual_seed(settings.seed + 1)))
         losses = _optimize(model, optimizer, stream, settings, device, progress)
     finally:
         if flushed:
@@ -281,8 +367,8 @@ def _optimize(model: Transformer, optimizer: torch.optim.Optimizer, stream, sett
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, settings)
-        inputs, targets = (t.to(device) for t in next(stream))  # (B, T) each
-        loss = masked_loss(model, inputs, targets)
+        inputs, targets, *weights = (t.to(device) for t in next(stream))  # (B, T) each
+        loss = masked_loss(model, inputs, targets, *weights)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
@@ -302,8 +388,8 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
     return directory
 
 
-_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "seed", "steps",
-            "batch_size", "lr", "warmup")
+_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "finish_steps",
+            "finish_grounded_share", "decision_weight", "seed", "steps", "batch_size", "lr", "warmup")
 
 
 def _parser() -> argparse.ArgumentParser:

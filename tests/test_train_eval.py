@@ -12,13 +12,18 @@ from course_lib.data import TASKS, corpus_fingerprint, generate_corpus, heldout_
 from course_lib.generation import generate_replies, greedy_generate
 from course_lib.model import Transformer, data_dir, get_config, load_model, load_tokenizer
 from course_lib.tokenization.chat_template import END, render_chat
+from course_lib.data.batching import IGNORE_INDEX
 from course_lib.train import (
+    DECISION_TOKENS,
     METADATA_FILE,
     TrainSettings,
+    finishing_subset,
     learning_rate,
+    masked_loss,
     run_training,
     save_artifacts,
     training_corpus,
+    weigh_decisions,
 )
 
 TINY = dict(config="test-gqa", conversations=300, vocab_size=400, batch_size=16, lr=5e-3, warmup=5,
@@ -65,6 +70,51 @@ def test_absent_twins_are_trained_on_but_the_tokenizer_learns_without_them(tiny_
     assert tiny_run.metadata["conversations_trained"] == len(corpus)
     with pytest.raises(ValueError, match="absent_twins"):
         TrainSettings(absent_twins=2.0)
+
+
+def test_a_weighted_loss_is_the_weighted_mean_of_the_token_losses():
+    # Oracle: cross_entropy per position, weighted and averaged by hand.
+    model = Transformer(get_config("test-gqa"), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    y = torch.full((2, 6), IGNORE_INDEX); y[0, 3:] = x[0, 3:]; y[1, 5] = 7
+    w = torch.where(y != IGNORE_INDEX, 1.0, 0.0); w[0, 3] = 3.0
+    per_token = torch.nn.functional.cross_entropy(model(x).reshape(-1, 128), y.reshape(-1), reduction="none",
+                                                  ignore_index=IGNORE_INDEX)
+    expected = (per_token * w.reshape(-1)).sum() / w.sum()
+    assert torch.allclose(masked_loss(model, x, y, w), expected, atol=1e-6)
+    assert torch.allclose(masked_loss(model, x, y, (y != IGNORE_INDEX).float()), masked_loss(model, x, y))
+
+
+def test_decision_weight_falls_on_the_first_tokens_of_grounded_replies_only():
+    convos = generate_corpus(60, seed=5)
+    encoded = [([0] * 5, [0, 0, 1, 1, 1]) for _ in convos]
+    weighted = weigh_decisions(encoded, convos, 4.0)
+    decided = [0, 0] + [4.0] * DECISION_TOKENS + [1] * (3 - DECISION_TOKENS)
+    for (_, mask), convo in zip(weighted, convos):
+        assert mask == (decided if convo.task == "grounded" else [0, 0, 1, 1, 1])
+    assert weigh_decisions(encoded, convos, 1.0) is encoded
+    with pytest.raises(ValueError, match="decision_weight"):
+        TrainSettings(decision_weight=0.0)
+
+
+def test_the_finishing_phase_draws_mostly_grounded_conversations_after_the_first_phase():
+    convos = generate_corpus(400, seed=5)
+    picked = finishing_subset(convos, TrainSettings(finish_steps=1, finish_grounded_share=0.8))
+    grounded = sum(convos[i].task == "grounded" for i in picked)
+    assert grounded == sum(c.task == "grounded" for c in convos)  # every grounded conversation, and replay
+    assert grounded / len(picked) == pytest.approx(0.8, abs=0.01)
+    with pytest.raises(ValueError, match="finish_steps"):
+        TrainSettings(steps=10, finish_steps=11)
+    with pytest.raises(ValueError, match="finish_grounded_share"):
+        TrainSettings(finish_grounded_share=0.0)
+
+
+def test_a_curriculum_run_trains_and_records_its_settings(tiny_run):
+    run = run_training(TrainSettings(steps=4, finish_steps=2, decision_weight=3.0, **TINY), device="cpu",
+                       progress=False)
+    assert len(run.losses) == 4 and all(torch.isfinite(torch.tensor(run.losses)))
+    assert run.losses[:2] != tiny_run.losses[:2]  # the weighted loss is a different number
+    assert run.metadata["settings"]["finish_steps"] == 2 and run.metadata["settings"]["decision_weight"] == 3.0
 
 
 def test_learning_rate_schedule():

@@ -66,9 +66,12 @@ class LengthBatches:
     """Endless padded (inputs, targets) batches of encoded conversations, grouped by length.
 
     ``targets[b, t]`` is the token after ``inputs[b, t]`` where that token is learned, else
-    ``IGNORE_INDEX``. Each pass shuffles the conversations, sorts them by length inside pools
-    of ``pool`` batches (so a batch's rows have similar lengths) and shuffles the batches; the
-    whole stream comes from one ``torch.Generator``, so a seed fixes it.
+    ``IGNORE_INDEX``. A mask may weigh its learned tokens (any value > 0, e.g. 3 on the tokens
+    where a reply decides between answering and declining); then each batch is (inputs,
+    targets, weights), ``weights`` (B, T) float holding each target's weight, 0 where ignored.
+    Each pass shuffles the conversations, sorts them by length inside pools of ``pool`` batches
+    (so a batch's rows have similar lengths) and shuffles the batches; the whole stream comes
+    from one ``torch.Generator``, so a seed fixes it.
 
     >>> data = LengthBatches([([5, 6, 7], [0, 1, 1]), ([5, 6], [0, 1])], batch_size=2, pad_id=0)
     >>> x, y = next(data.stream(torch.Generator().manual_seed(0)))
@@ -87,24 +90,28 @@ class LengthBatches:
             raise ValueError(f"{len(too_long)} conversations exceed max_len={max_len} tokens (longest "
                              f"{max(too_long)}); raise the model's context or shorten the corpus")
         self.encoded, self.batch_size, self.pad_id, self.pool = list(encoded), batch_size, pad_id, pool
+        self.weighted = any(m not in (0, 1) for _, mask in self.encoded for m in mask)
 
     def __len__(self) -> int:
         """Batches per pass over the data."""
         return -(-len(self.encoded) // self.batch_size)
 
-    def _collate(self, group: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _collate(self, group: list[tuple[list[int], list[float]]]) -> tuple[torch.Tensor, ...]:
         width = max(len(ids) for ids, _ in group) - 1
         inputs = torch.full((len(group), width), self.pad_id, dtype=torch.long)  # (B, T)
         targets = torch.full((len(group), width), IGNORE_INDEX, dtype=torch.long)  # (B, T)
+        weights = torch.zeros((len(group), width)) if self.weighted else None  # (B, T)
         for row, (ids, mask) in enumerate(group):
             n = len(ids) - 1
             inputs[row, :n] = torch.tensor(ids[:-1])
-            learned = torch.tensor(mask[1:], dtype=torch.bool)
+            learned = torch.tensor(mask[1:]) > 0
             targets[row, :n] = torch.where(learned, torch.tensor(ids[1:]), IGNORE_INDEX)
-        return inputs, targets
+            if weights is not None:
+                weights[row, :n] = torch.tensor(mask[1:], dtype=torch.float32)
+        return (inputs, targets) if weights is None else (inputs, targets, weights)
 
     def stream(self, generator: torch.Generator):
-        """Yield (inputs, targets), both (B, T) int64, forever."""
+        """Yield (inputs, targets), both (B, T) int64, forever (and weights when the masks weigh tokens)."""
         size, pool_rows = self.batch_size, self.batch_size * self.pool
         while True:
             order = torch.randperm(len(self.encoded), generator=generator).tolist()

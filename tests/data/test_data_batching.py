@@ -101,3 +101,26 @@ def test_too_long_conversations_are_refused(corpus, tokenizer):
         LengthBatches(encoded, batch_size=4, pad_id=0, max_len=8)
     with pytest.raises(ValueError, match="no conversations"):
         LengthBatches([], batch_size=4, pad_id=0)
+
+
+def test_weighted_masks_give_each_target_its_weight(corpus, tokenizer):
+    # A mask of weights (3 on each reply's first token here) adds a weights tensor: the weight of
+    # the token each target names, 0 wherever the target is ignored.
+    encoded = []
+    for convo in corpus[:64]:
+        ids, mask = encode_conversation(tokenizer, convo.messages)
+        first = mask.index(1)
+        encoded.append((ids, mask[:first] + [3.0] + mask[first + 1:]))
+    pad = tokenizer.special_tokens["<|endoftext|>"]
+    data = LengthBatches(encoded, batch_size=8, pad_id=pad)
+    by_inputs = {tuple(ids[:-1]): mask for ids, mask in encoded}
+    stream = data.stream(torch.Generator().manual_seed(0))
+    for _ in range(len(data)):
+        inputs, targets, weights = next(stream)
+        assert weights.dtype == torch.float32 and weights.shape == targets.shape
+        assert torch.equal(weights > 0, targets != IGNORE_INDEX)
+        for x, w in zip(inputs.tolist(), weights.tolist()):
+            n = sum(v != pad for v in x)
+            assert w == [float(m) for m in by_inputs[tuple(x[:n])][1:]] + [0.0] * (len(x) - n)
+    plain = LengthBatches([(ids, [int(m > 0) for m in mask]) for ids, mask in encoded], batch_size=8, pad_id=0)
+    assert len(next(plain.stream(torch.Generator().manual_seed(0)))) == 2  # 0/1 masks: (inputs, targets) as before
