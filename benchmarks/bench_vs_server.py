@@ -4,7 +4,9 @@ It starts `course serve` on a free port, then runs the same load against it and 
 server in turn, A B A B (``--repeats``), at each concurrency, streaming and not: the held-out
 chats of `course bench-serve`, greedy, ``--max-tokens`` each. It prints output tokens per
 second and TTFT p50 / p99 for both, and the ratios course / other (the goals of issue 28:
->= 1.0x throughput, TTFT p99 <= the other's). Medians over the repeats.
+>= 1.0x throughput, TTFT p99 <= the other's). Medians over the repeats. First it asks both
+servers for the same ``--agree`` greedy replies and prints how many are word for word the same:
+the proof that the two serve the same model.
 
     python benchmarks/bench_vs_server.py --other http://127.0.0.1:8001 --other-model tinychat
 
@@ -57,6 +59,15 @@ def one_run(url: str, model: str, prompts, concurrency: int, stream: bool, max_t
     return result.output_throughput, result.ttft.median, result.ttft.p99, result.failed
 
 
+def greedy_replies(url: str, model: str, prompts, max_tokens: int) -> list[str]:
+    """Each prompt's greedy reply, one request at a time, through the official client."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    return [client.chat.completions.create(model=model, messages=p, temperature=0, max_tokens=max_tokens)
+            .choices[0].message.content for p in prompts]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--other", help="the second server's base URL, e.g. http://127.0.0.1:8001 (no /v1)")
@@ -66,6 +77,7 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="A B rounds per setting (default: 2)")
+    parser.add_argument("--agree", type=int, default=20, help="greedy replies compared word for word (default: 20)")
     args = parser.parse_args()
     if not args.other:
         print("bench_vs_server: no second server given (--other URL); nothing to compare. Serve the same model "
@@ -79,6 +91,9 @@ def main() -> int:
         prompts = held_out_prompts(args.num_prompts, 0)
         for name, (url, model) in servers.items():  # warm both up
             one_run(url, model, prompts[:8], 4, True, 8)
+        replies = [greedy_replies(url, model, prompts[:args.agree], args.max_tokens) for url, model in servers.values()]
+        same = sum(a == b for a, b in zip(*replies))
+        print(f"greedy replies word for word the same on both servers: {same}/{args.agree}")
         print(f"{args.num_prompts} held-out chats, greedy, max_tokens {args.max_tokens}; medians of {args.repeats} "
               "alternated rounds")
         print(f"{'mode':<8}{'conc':>5}{'course tok/s':>14}{'other tok/s':>13}{'ratio':>7}"
