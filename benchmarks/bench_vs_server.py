@@ -93,7 +93,7 @@ def main() -> int:
             one_run(url, model, prompts[:8], 4, True, 8)
         replies = [greedy_replies(url, model, prompts[:args.agree], args.max_tokens) for url, model in servers.values()]
         same = sum(a == b for a, b in zip(*replies))
-        print(f"greedy replies word for word the same on both servers: {same}/{args.agree}")
+        print(f"greedy replies word for word the same on both servers: {same}/{len(replies[0])}")
         print(f"{args.num_prompts} held-out chats, greedy, max_tokens {args.max_tokens}; medians of {args.repeats} "
               "alternated rounds")
         print(f"{'mode':<8}{'conc':>5}{'course tok/s':>14}{'other tok/s':>13}{'ratio':>7}"
