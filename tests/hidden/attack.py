@@ -23,6 +23,7 @@ import ast
 import functools
 import importlib
 import inspect
+import logging
 import pkgutil
 import re
 import signal
@@ -232,6 +233,13 @@ def in_stdlib(frame) -> bool:
     return filename.startswith("<frozen") or (filename.startswith(_STDLIB) and "site-packages" not in filename)
 
 
+def holds_logging_lock() -> bool:
+    """This thread holds the logging module's lock (RLock's private ``_is_owned``; False where
+    a Python lacks it, which leaves only the deferral cap)."""
+    is_owned = getattr(getattr(logging, "_lock", None), "_is_owned", None)
+    return bool(is_owned and is_owned())
+
+
 def run_with_deadline(fn, seconds: float):
     """``fn()``, or TrialTimeout once it has run ``seconds``.
 
@@ -241,12 +249,14 @@ def run_with_deadline(fn, seconds: float):
     before its ``try``, and a timeout in that gap never releases it, so every later thread that
     logs (the graded attack's gradings run in threads) waits forever. So while the trial is in
     the standard library's code the timeout is deferred, a few milliseconds at a time, for up
-    to MAX_DEFERRAL seconds (a trial blocked inside it for good is still cut off)."""
+    to MAX_DEFERRAL seconds (a trial blocked inside it for good is still cut off). That cap alone
+    is a gamble for a trial that logs in a loop (it can run out inside the gap), so while this
+    thread holds the logging lock the timeout always waits."""
     deferred = 0.0
 
     def alarm(signum, frame):
         nonlocal deferred
-        if frame is not None and in_stdlib(frame) and deferred < MAX_DEFERRAL:
+        if frame is not None and in_stdlib(frame) and (deferred < MAX_DEFERRAL or holds_logging_lock()):
             deferred += DEFER_SECONDS
             signal.setitimer(signal.ITIMER_REAL, DEFER_SECONDS)
             return

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.hidden.attack import MAX_DEFERRAL, TrialTimeout, in_stdlib, run_with_deadline
+from tests.hidden.attack import MAX_DEFERRAL, TrialTimeout, holds_logging_lock, in_stdlib, run_with_deadline
 
 
 def spin():
@@ -63,3 +63,15 @@ def test_timeouts_never_leave_the_logging_lock_held():
     other.start()
     other.join(timeout=5)
     assert not other.is_alive(), "the logging lock was left held by a timed-out trial"
+
+
+def test_the_logging_lock_is_seen_held_only_while_this_thread_holds_it():
+    assert not holds_logging_lock()
+    with logging._lock:  # the lock logging.getLogger takes one line before its try
+        assert holds_logging_lock()
+        seen_elsewhere = []
+        other = threading.Thread(target=lambda: seen_elsewhere.append(holds_logging_lock()))
+        other.start()
+        other.join(timeout=5)
+        assert seen_elsewhere == [False]
+    assert not holds_logging_lock()
