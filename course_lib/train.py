@@ -30,7 +30,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields as dataclass_fields
 from pathlib import Path
 
 import torch
@@ -39,8 +39,8 @@ from tqdm.auto import tqdm
 
 from course_lib.data.batching import IGNORE_INDEX, LengthBatches, encode_conversation
 from course_lib.data.corpus import TRAIN_SEED, Conversation, absent_twins, corpus_fingerprint, generate_corpus
-from course_lib.model import (CONFIGS, Transformer, WeightsNotFoundError, data_dir, default_device, get_config,
-                              save_model)
+from course_lib.model import (CONFIGS, ModelConfig, Transformer, WeightsNotFoundError, data_dir, default_device,
+                              get_config, save_model)
 from course_lib.tokenization.bpe import BPETokenizer
 from course_lib.tokenization.chat_template import END_OF_TEXT, SPECIAL_TOKENS, render_chat
 from course_lib.tokenization.pretokenize import GPT4_PATTERN
@@ -403,6 +403,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="CPU threads for torch (default: torch's choice; 1 is steadier on a busy machine)")
     parser.add_argument("--config", default=defaults.config, choices=sorted(CONFIGS),
                         help=f"model geometry; the other defaults follow it (default: {defaults.config})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change one field of the model geometry, e.g. --set n_heads=4 (repeatable; "
+                             "an experiment, not the shipped model)")
     for name in _OPTIONS:
         value = getattr(defaults, name)
         per_config = ", ".join(f"{c}: {d[name]}" for c, d in DEFAULTS.items() if name in d)
@@ -410,6 +413,32 @@ def _parser() -> argparse.ArgumentParser:
                             help=f"(default: {'learn one' if value is None else value}"
                                  f"{'; ' + per_config if per_config else ''})")
     return parser
+
+
+def parse_overrides(pairs: list[str], config: str) -> dict:
+    """``["n_heads=4", ...]`` as ModelConfig field overrides, checked against ``config`` now rather
+    than after the corpus is built.
+
+    >>> parse_overrides(["n_heads=4", "rope_theta=500000.0"], "tinychat")
+    {'n_heads': 4, 'rope_theta': 500000.0}
+    """
+    fields = {f.name for f in dataclass_fields(ModelConfig)}
+    overrides: dict = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in fields or name in ("name", "vocab_size"):
+            settable = ", ".join(sorted(set(fields) - {"name", "vocab_size"}))
+            raise ValueError(f"--set takes FIELD=VALUE with FIELD one of {settable}; got {pair!r} "
+                             "(the vocabulary size is --vocab-size)")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"--set {name}: {text!r} is not a number (or true/false)") from None
+        if isinstance(value, bool) != (name == "tie_embeddings") or not isinstance(value, (int, float)):
+            raise ValueError(f"--set {name}: {text!r} is not a value of the right kind for {name}")
+        overrides[name] = value
+    get_config(config, **dict(overrides))  # raises ValueError for a geometry that cannot be built
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     given = {name: getattr(args, name) for name in _OPTIONS if getattr(args, name) is not None}
     try:
+        if args.overrides:
+            given["overrides"] = parse_overrides(args.overrides, args.config)
         settings = default_settings(args.config, **given)
         if settings.tokenizer is not None:
             reuse_tokenizer(settings)  # refuse before any work when it is missing or does not fit

@@ -19,7 +19,9 @@ from course_lib.train import (
     TrainSettings,
     finishing_subset,
     learning_rate,
+    main,
     masked_loss,
+    parse_overrides,
     run_training,
     save_artifacts,
     training_corpus,
@@ -129,6 +131,22 @@ def test_bad_settings_are_refused():
         TrainSettings(steps=0)
     with pytest.raises(ValueError, match="lr"):
         TrainSettings(lr=-1.0)
+
+
+def test_set_changes_the_model_geometry_and_refuses_what_cannot_be_built():
+    assert parse_overrides(["n_heads=4", "n_kv_heads=2"], "tinychat") == {"n_heads": 4, "n_kv_heads": 2}
+    assert get_config("tinychat", **parse_overrides(["n_heads=4"], "tinychat")).head_dim == 32
+    assert parse_overrides(["tie_embeddings=false"], "tinychat") == {"tie_embeddings": False}
+    for bad, says in [("heads=4", "FIELD one of"), ("n_heads", "FIELD one of"), ("vocab_size=9", "--vocab-size"),
+                      ("n_heads=four", "not a number"), ("n_heads=true", "right kind"),
+                      ("tie_embeddings=1", "right kind"), ("n_heads=3", "divisible"), ("n_layers=0", "n_layers")]:
+        with pytest.raises(ValueError, match=says):
+            parse_overrides([bad], "tinychat")
+
+
+def test_the_command_line_refuses_a_bad_set_before_any_work(capsys, tmp_path):
+    assert main(["--set", "n_heads=3", "--out", str(tmp_path / "never")]) == 2
+    assert "divisible" in capsys.readouterr().err and not (tmp_path / "never").exists()
 
 
 # ---------------------------------------------------------------- scoring
