@@ -437,7 +437,7 @@ def parse_overrides(pairs: list[str], config: str) -> dict:
         if isinstance(value, bool) != (name == "tie_embeddings") or not isinstance(value, (int, float)):
             raise ValueError(f"--set {name}: {text!r} is not a value of the right kind for {name}")
         overrides[name] = value
-    get_config(config, **dict(overrides))  # raises ValueError for a geometry that cannot be built
+    get_config(config, **overrides)  # raises ValueError for a geometry that cannot be built
     return overrides
 
 
