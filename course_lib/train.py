@@ -80,6 +80,11 @@ class TrainSettings:
     # commits to answering ("The capital of", "A bee") or declining ("The passages"); every other
     # learned token weighs 1. 1.0: a plain mean over the learned tokens.
     decision_weight: float = 1.0
+    # Learn the question's second copy in every grounded prompt (the question, the passages, the
+    # question again; passages.user_with_passages) with this loss weight. Copying it from a
+    # hundred or more tokens back is the same long-range lookup a grounded answer makes, and
+    # every grounded prompt has one. 0: the loss is on the replies alone.
+    question_copy_weight: float = 0.0
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
     steps: int = 6000  # optimizer steps
@@ -104,6 +109,8 @@ class TrainSettings:
             raise ValueError(f"finish_grounded_share is a fraction in (0, 1], got {self.finish_grounded_share!r}")
         if not self.decision_weight > 0:
             raise ValueError(f"decision_weight must be > 0, got {self.decision_weight!r}")
+        if not self.question_copy_weight >= 0:
+            raise ValueError(f"question_copy_weight must be >= 0, got {self.question_copy_weight!r}")
         if not 0.0 <= self.absent_twins <= 1.0:
             raise ValueError(f"absent_twins is a fraction in [0, 1], got {self.absent_twins!r}")
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
@@ -236,6 +243,40 @@ def weigh_decisions(encoded: list[tuple[list[int], list[int]]], conversations: l
     return weighted
 
 
+def asked(convo: Conversation) -> str:
+    """The question of a grounded conversation: its user message's text after the last blank line."""
+    return convo.messages[convo.reply_index - 1]["content"].rsplit("\n\n", 1)[1]
+
+
+def learn_question_copies(encoded: list[tuple[list[int], list]], conversations: list[Conversation], tokenizer,
+                          weight: float) -> list[tuple[list[int], list]]:
+    """The encoded corpus with the tokens of the question's second copy in every grounded user
+    message learned, weighted ``weight``; unchanged when weight is 0.
+
+    The second copy ends the user message, just before its ``<|end|>`` and the reply's role
+    marker.
+
+    >>> convos = [c for c in generate_corpus(40, seed=3) if c.task == "grounded"]
+    >>> tok = train_tokenizer(convos, 400)
+    >>> (ids, mask), = learn_question_copies([encode_conversation(tok, convos[0].messages)], convos[:1], tok, 1.0)
+    >>> tok.decode([i for i, m in zip(ids, mask) if m]) == asked(convos[0]) + convos[0].messages[-1]["content"] + "<|end|>"
+    True
+    """
+    if not weight:
+        return encoded
+    copied = []
+    for (ids, mask), convo in zip(encoded, conversations):
+        if convo.task == "grounded":
+            question = asked(convo)
+            q = tokenizer.encode(question)
+            end = next(i for i, m in enumerate(mask) if m) - 2  # the user's <|end|>, before the reply's role marker
+            if ids[end - len(q):end] != q:
+                raise ValueError(f"the grounded prompt does not end with its question {question!r} as tokens")
+            mask = mask[:end - len(q)] + [weight] * len(q) + mask[end:]
+        copied.append((ids, mask))
+    return copied
+
+
 def _two_phases(first, first_steps: int, second):
     """The first stream's first ``first_steps`` batches, then the second stream's.
 
@@ -306,6 +347,7 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
     conversations = conversations + twins  # after the tokenizer: it learns from the generated corpus alone
     encoded = weigh_decisions([encode_conversation(tokenizer, c.messages) for c in conversations], conversations,
                               settings.decision_weight)
+    encoded = learn_question_copies(encoded, conversations, tokenizer, settings.question_copy_weight)
     pad_id = tokenizer.special_tokens[END_OF_TEXT]
     batches = LengthBatches(encoded, batch_size=settings.batch_size, pad_id=pad_id, max_len=config.max_seq_len)
     finish_batches = None
@@ -389,7 +431,7 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
 
 
 _OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "finish_steps",
-            "finish_grounded_share", "decision_weight", "seed", "steps", "batch_size", "lr", "warmup")
+            "finish_grounded_share", "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
 
 
 def _parser() -> argparse.ArgumentParser:

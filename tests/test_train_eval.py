@@ -12,12 +12,14 @@ from course_lib.data import TASKS, corpus_fingerprint, generate_corpus, heldout_
 from course_lib.generation import generate_replies, greedy_generate
 from course_lib.model import Transformer, data_dir, get_config, load_model, load_tokenizer
 from course_lib.tokenization.chat_template import END, render_chat
-from course_lib.data.batching import IGNORE_INDEX
+from course_lib.data.batching import IGNORE_INDEX, encode_conversation
 from course_lib.train import (
     DECISION_TOKENS,
     METADATA_FILE,
     TrainSettings,
     finishing_subset,
+    asked,
+    learn_question_copies,
     learning_rate,
     main,
     masked_loss,
@@ -99,6 +101,25 @@ def test_decision_weight_falls_on_the_first_tokens_of_grounded_replies_only():
         TrainSettings(decision_weight=0.0)
 
 
+def test_the_question_copy_is_learned_in_grounded_prompts_only(tinychat_tokenizer):
+    convos = generate_corpus(60, seed=5)
+    encoded = [encode_conversation(tinychat_tokenizer, c.messages) for c in convos]
+    copied = learn_question_copies(encoded, convos, tinychat_tokenizer, 0.5)
+    assert learn_question_copies(encoded, convos, tinychat_tokenizer, 0.0) is encoded
+    assert sum(c.task == "grounded" for c in convos) >= 5
+    for (ids, mask), (_, before), convo in zip(copied, encoded, convos):
+        added = [i for i, (m, b) in enumerate(zip(mask, before)) if m != b]
+        if convo.task != "grounded":
+            assert not added
+            continue
+        # one unbroken run of tokens, weighted 0.5, that reads as the question and ends the user message
+        assert added == list(range(added[0], added[-1] + 1)) and {mask[i] for i in added} == {0.5}
+        assert tinychat_tokenizer.decode([ids[i] for i in added]) == asked(convo)
+        assert tinychat_tokenizer.decode(ids[added[-1] + 1:added[-1] + 3]) == "<|end|><|assistant|>"
+    with pytest.raises(ValueError, match="question_copy_weight"):
+        TrainSettings(question_copy_weight=-1.0)
+
+
 def test_the_finishing_phase_draws_mostly_grounded_conversations_after_the_first_phase():
     convos = generate_corpus(400, seed=5)
     picked = finishing_subset(convos, TrainSettings(finish_steps=1, finish_grounded_share=0.8))
@@ -112,11 +133,12 @@ def test_the_finishing_phase_draws_mostly_grounded_conversations_after_the_first
 
 
 def test_a_curriculum_run_trains_and_records_its_settings(tiny_run):
-    run = run_training(TrainSettings(steps=4, finish_steps=2, decision_weight=3.0, **TINY), device="cpu",
-                       progress=False)
+    run = run_training(TrainSettings(steps=4, finish_steps=2, decision_weight=3.0, question_copy_weight=0.5, **TINY),
+                       device="cpu", progress=False)
     assert len(run.losses) == 4 and all(torch.isfinite(torch.tensor(run.losses)))
     assert run.losses[:2] != tiny_run.losses[:2]  # the weighted loss is a different number
     assert run.metadata["settings"]["finish_steps"] == 2 and run.metadata["settings"]["decision_weight"] == 3.0
+    assert run.metadata["settings"]["question_copy_weight"] == 0.5
 
 
 def test_learning_rate_schedule():
