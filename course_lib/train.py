@@ -81,9 +81,9 @@ class TrainSettings:
     # learned token weighs 1. 1.0: a plain mean over the learned tokens.
     decision_weight: float = 1.0
     # Learn the question's second copy in every grounded prompt (the question, the passages, the
-    # question again; passages.user_with_passages) with this loss weight. Copying it from a
-    # hundred or more tokens back is the same long-range lookup a grounded answer makes, and
-    # every grounded prompt has one. 0: the loss is on the replies alone.
+    # question again; passages.user_with_passages) with this loss weight: copying it from the far
+    # side of the passages is a lookup like the one a grounded answer makes, and every grounded
+    # prompt has one. 0: the loss is on the replies alone (the README measures 1: worse).
     question_copy_weight: float = 0.0
     corpus_seed: int = TRAIN_SEED  # the corpus generator's seed (the held-out split uses another)
     seed: int = 0  # initialisation and batch order
