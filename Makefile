@@ -7,10 +7,6 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 A      ?=
-# Test workers (pytest-xdist): whole modules at a time, those with the most slow tests first
-# (tests/conftest.py orders them), the workers sharing one released course.
-WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: install lab test test-fast release grade check bench train eval clean
 
@@ -30,11 +26,11 @@ install: $(STAMP)                      ## create/update the environment only
 lab: $(STAMP)                          ## start JupyterLab on notebooks/ and print its URL
 	$(BIN)/course lab
 
-test: $(STAMP)                         ## the whole test suite, in $(WORKERS) worker processes
-	$(PYTEST)
+test: $(STAMP)                         ## the whole test suite
+	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)                    ## the tests not marked slow (no kernels, servers, browsers or gradings)
-	$(PYTEST) -m "not slow"
+	$(BIN)/python -m pytest -m "not slow"
 
 release: $(STAMP)                      ## rebuild source notebooks and notebooks/ (nbgrader)
 	$(BIN)/course release

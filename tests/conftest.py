@@ -40,37 +40,9 @@ def slow_fixture(function=None, **options):
 
 
 def pytest_collection_modifyitems(config, items):
-    # Before pytest's own hook, which deselects by mark (-m "not slow"); after the conftests
-    # below this one, which mark their own slow tests (pluggy calls the last registered first).
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        slowest_modules_first(items)
-
-
-def slowest_modules_first(items) -> None:
-    """Sort ``items`` so that the modules with the most slow tests come first, keeping the
-    order within each module.
-
-    ``make test`` hands whole modules to two pytest-xdist workers (``--dist loadfile``) in
-    collection order (``--no-loadscope-reorder``): the gradings, minutes each, start first and
-    the thousands of quick tests fill in around them, instead of one worker finishing alone
-    with a grading at the end.
-
-    >>> from types import SimpleNamespace as Item
-    >>> items = [Item(nodeid="a.py::x", keywords={}), Item(nodeid="b.py::y", keywords={"slow": 1}),
-    ...          Item(nodeid="a.py::z", keywords={})]
-    >>> slowest_modules_first(items); [item.nodeid for item in items]
-    ['b.py::y', 'a.py::x', 'a.py::z']
-    """
-    def module(item) -> str:
-        return item.nodeid.split("::")[0]
-
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[module(item)] = slow.get(module(item), 0) + ("slow" in item.keywords)
-    items.sort(key=lambda item: -slow[module(item)])
 
 
 # What an unmarked test must not start. Seen by argv, in this process: a kernel or server
@@ -157,22 +129,19 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (f"{item.nodeid} started {', '.join(started)} ({report.when}) but is not marked slow: "
                            "mark it @pytest.mark.slow, or get that from a fixture declared with "
                            "tests.conftest.slow_fixture")
+    if report.when in ("setup", "call") and item.get_closest_marker("slow") is None:
+        took = item.config.stash.setdefault(_UNMARKED_TOOK, {})
+        took[item.nodeid] = took.get(item.nodeid, 0.0) + report.duration
     return report
 
 
-_UNMARKED_TOOK: dict[str, float] = {}  # node id -> seconds, the tests not marked slow
+_UNMARKED_TOOK = pytest.StashKey[dict]()
 LONG_UNMARKED_S = 10.0
-
-
-def pytest_runtest_logreport(report):
-    """Called where the run is reported (the controller, under pytest-xdist), with each phase's report."""
-    if report.when in ("setup", "call") and "slow" not in report.keywords:
-        _UNMARKED_TOOK[report.nodeid] = _UNMARKED_TOOK.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The unmarked tests that took long all the same (a module fixture counts in its first test)."""
-    took = _UNMARKED_TOOK
+    took = config.stash.get(_UNMARKED_TOOK, {})
     long = sorted(((s, nodeid) for nodeid, s in took.items() if s > LONG_UNMARKED_S), reverse=True)
     if long:
         terminalreporter.write_sep("-", f"not marked slow, yet over {LONG_UNMARKED_S:g} s (setup + call)")
@@ -256,49 +225,33 @@ def copy_course(target: Path):
     return CoursePaths(target)
 
 
-class Releases:
-    """One course copy for the run; each assignment is released into it (``course release``'s
-    own function) the first time a test needs it. ``copy`` gives a test its own course with
-    those assignments released, as ``copy_course`` followed by ``release`` would, without
-    running nbgrader again.
+def release_each(paths, names, workers: int = 2) -> list[tuple[str, bool]]:
+    """``release(paths, [name])`` for each name, ``workers`` at a time: each is one nbgrader
+    process on one core, so two cores release two at once. The same as ``release(paths, names)``:
+    each assignment's release reads and writes only its own files."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    ``make test`` runs the suite in two worker processes (pytest-xdist), which share this copy:
-    a file lock per assignment lets one of them release it while the other waits, and a marker
-    file beside the copy records it done, so no assignment is released twice. Each release
-    reads and writes only its own assignment's files, so two of them run at once."""
+    from course_lib.pipeline.release import release
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return [pair for pairs in pool.map(lambda name: release(paths, [name]), names) for pair in pairs]
+
+
+class Releases:
+    """One course copy for the session; each assignment is released into it (``course
+    release``'s own function) the first time a test needs it. ``copy`` gives a test its own
+    course with those assignments released, as ``copy_course`` followed by ``release`` would,
+    without running nbgrader again."""
 
     def __init__(self, root: Path) -> None:
-        from filelock import FileLock
-
-        from course_lib.pipeline.paths import CoursePaths
-
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        with FileLock(root / "copy.lock"):
-            if not (root / "grading").exists():
-                copy_course(root)
-        self.paths = CoursePaths(root)
-
-    def _marker(self, name: str) -> Path:
-        return self.root / f"released-{name}"
-
-    def _release_once(self, name: str) -> None:
-        from filelock import FileLock
-
-        from course_lib.pipeline.release import release
-
-        with FileLock(self.root / f"release-{name}.lock"):
-            if not self._marker(name).exists():
-                release(self.paths, [name])  # raises when nbgrader fails
-                self._marker(name).touch()
+        self.paths = copy_course(root)
+        self.done: set[str] = set()
 
     def released(self, names=None):
-        """The shared course with ``names`` (default: every assignment) released."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        wanted = [n for n in (names or self.paths.assignments()) if not self._marker(n).exists()]
-        with ThreadPoolExecutor(2) as pool:  # each release is one nbgrader process on one core
-            list(pool.map(self._release_once, wanted))
+        """The session's course with ``names`` (default: every assignment) released."""
+        wanted = [n for n in (names or self.paths.assignments()) if n not in self.done]
+        release_each(self.paths, wanted)
+        self.done.update(wanted)
         return self.paths
 
     def copy(self, target: Path, names):
@@ -314,11 +267,8 @@ class Releases:
 
 
 @slow_fixture(scope="session")
-def releases(tmp_path_factory, worker_id) -> Releases:
-    """The run's course copy; under pytest-xdist, one for all workers, beside their own temporary folders."""
-    if worker_id == "master":
-        return Releases(tmp_path_factory.mktemp("course"))
-    return Releases(tmp_path_factory.getbasetemp().parent / "shared-course")
+def releases(tmp_path_factory) -> Releases:
+    return Releases(tmp_path_factory.mktemp("course"))
 
 
 @slow_fixture(scope="session")
