@@ -190,6 +190,8 @@ def test_the_xray_panel_of_notebook_00_answers_a_message_typed_into_it(learner_l
     panel.locator(".xr details summary").first.click()
     # model, after the rules, drawn from: the third table of the opened step appears (waits for it)
     panel.locator(".xr details[open] table").nth(2).wait_for(state="attached", timeout=30_000)
+    assert panel.locator(".xr details[open] table").count() >= 3
+    assert "KV blocks held after the end: 0" in panel.inner_text()
     panel.scroll_into_view_if_needed()
     _snap(page, artifacts, "00-xray-panel")
 
