@@ -76,6 +76,13 @@ class TrainSettings:
     # the other tasks stay in it as replay. 0 steps: one phase, the corpus as drawn.
     finish_steps: int = 0
     finish_grounded_share: float = 0.85
+    # A leading phase, the other way round: the first `lead_steps` steps draw from the corpus
+    # re-weighted so grounded conversations make up `lead_grounded_share` of them (1.0: those
+    # alone). The lookup a grounded reply needs (which passage names the asked entity) forms late
+    # and by chance beside five easier tasks; taught first, it forms while the learning rate is
+    # high (the README measures what that gains, and what the later tasks lose). 0: no such phase.
+    lead_steps: int = 0
+    lead_grounded_share: float = 1.0
     # The loss weight of the first DECISION_TOKENS tokens of each grounded reply, where the reply
     # commits to answering ("The capital of", "A bee") or declining ("The passages"); every other
     # learned token weighs 1. 1.0: a plain mean over the learned tokens.
@@ -105,8 +112,12 @@ class TrainSettings:
             raise ValueError("lr must be > 0, min_lr_ratio in [0, 1] and warmup >= 0")
         if not 0 <= self.finish_steps <= self.steps:
             raise ValueError(f"finish_steps must be in [0, steps={self.steps}], got {self.finish_steps!r}")
-        if not 0.0 < self.finish_grounded_share <= 1.0:
-            raise ValueError(f"finish_grounded_share is a fraction in (0, 1], got {self.finish_grounded_share!r}")
+        if not 0 <= self.lead_steps <= self.steps - self.finish_steps:
+            raise ValueError(f"lead_steps must be in [0, steps - finish_steps = {self.steps - self.finish_steps}], "
+                             f"got {self.lead_steps!r}")
+        for name in ("finish_grounded_share", "lead_grounded_share"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} is a fraction in (0, 1], got {getattr(self, name)!r}")
         if not self.decision_weight > 0:
             raise ValueError(f"decision_weight must be > 0, got {self.decision_weight!r}")
         if not self.question_copy_weight >= 0:
@@ -198,21 +209,22 @@ def training_corpus(settings: TrainSettings) -> tuple[list[Conversation], list[C
     return corpus, absent_twins(corpus, settings.absent_twins, settings.corpus_seed)
 
 
-def finishing_subset(conversations: list[Conversation], settings: TrainSettings) -> list[int]:
-    """Indices of the conversations the finishing phase draws from: every grounded one and a
-    seeded sample of the others, sized so grounded ones are ``finish_grounded_share`` of them.
+def grounded_subset(conversations: list[Conversation], share: float, seed: int) -> list[int]:
+    """Indices of the conversations a curriculum phase draws from: every grounded one and a
+    seeded sample of the others, sized so grounded ones are ``share`` of them (1.0: grounded only).
 
     >>> convos = generate_corpus(200, seed=3)
-    >>> picked = finishing_subset(convos, TrainSettings(finish_steps=1, finish_grounded_share=0.5))
+    >>> picked = grounded_subset(convos, 0.5, seed=0)
     >>> grounded = sum(convos[i].task == "grounded" for i in picked)
     >>> grounded == sum(c.task == "grounded" for c in convos) == len(picked) - grounded
+    True
+    >>> all(convos[i].task == "grounded" for i in grounded_subset(convos, 1.0, seed=0))
     True
     """
     grounded = [i for i, c in enumerate(conversations) if c.task == "grounded"]
     others = [i for i, c in enumerate(conversations) if c.task != "grounded"]
-    share = settings.finish_grounded_share
     keep = min(len(others), round(len(grounded) * (1 - share) / share))
-    picked = torch.randperm(len(others), generator=torch.Generator().manual_seed(settings.seed))[:keep]
+    picked = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed))[:keep]
     return sorted(grounded + [others[i] for i in picked.tolist()])
 
 
@@ -277,15 +289,15 @@ def learn_question_copies(encoded: list[tuple[list[int], list]], conversations: 
     return copied
 
 
-def _two_phases(first, first_steps: int, second):
-    """The first stream's first ``first_steps`` batches, then the second stream's.
+def _phases(*phases):
+    """One batch stream from (stream, steps) pairs: each stream's first ``steps`` batches in turn.
 
-    >>> list(_two_phases(iter("abc"), 2, iter("xyz")))
+    >>> list(_phases((iter("abc"), 2), (iter("xyz"), 3)))
     ['a', 'b', 'x', 'y', 'z']
     """
-    for _ in range(first_steps):
-        yield next(first)
-    yield from second
+    for stream, steps in phases:
+        for _ in range(steps):
+            yield next(stream)
 
 
 def learning_rate(step: int, settings: TrainSettings) -> float:
@@ -350,11 +362,11 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
     encoded = learn_question_copies(encoded, conversations, tokenizer, settings.question_copy_weight)
     pad_id = tokenizer.special_tokens[END_OF_TEXT]
     batches = LengthBatches(encoded, batch_size=settings.batch_size, pad_id=pad_id, max_len=config.max_seq_len)
-    finish_batches = None
-    if settings.finish_steps:
-        finishing = finishing_subset(conversations, settings)
-        finish_batches = LengthBatches([encoded[i] for i in finishing], batch_size=settings.batch_size,
-                                       pad_id=pad_id, max_len=config.max_seq_len)
+
+    def curriculum_stream(share: float, stream_seed: int):  # a phase's batches, from grounded_subset(share)
+        picked = grounded_subset(conversations, share, settings.seed)
+        return LengthBatches([encoded[i] for i in picked], batch_size=settings.batch_size, pad_id=pad_id,
+                             max_len=config.max_seq_len).stream(torch.Generator().manual_seed(stream_seed))
 
     # Attention weights and gradients soon hold many values below float32's normal range; x86 CPUs
     # do arithmetic on such subnormals far more slowly, and flushing them to zero changes nothing
@@ -369,10 +381,15 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}],
                                       lr=settings.lr, betas=(0.9, 0.95))
-        stream = batches.stream(torch.Generator().manual_seed(settings.seed))
-        if finish_batches is not None:
-            stream = _two_phases(stream, settings.steps - settings.finish_steps,
-                                 finish_batches.stream(torch.Generator().manual_seed(settings.seed + 1)))
+        # The phases in order (lead, main, finish), each from its own seeded stream; without a lead
+        # or a finish the main stream alone draws exactly the batches the one-phase recipe always has.
+        main_steps = settings.steps - settings.lead_steps - settings.finish_steps
+        phases = [(batches.stream(torch.Generator().manual_seed(settings.seed)), main_steps)]
+        if settings.lead_steps:
+            phases.insert(0, (curriculum_stream(settings.lead_grounded_share, settings.seed + 2), settings.lead_steps))
+        if settings.finish_steps:
+            phases.append((curriculum_stream(settings.finish_grounded_share, settings.seed + 1), settings.finish_steps))
+        stream = _phases(*phases)
         losses = _optimize(model, optimizer, stream, settings, device, progress)
     finally:
         if flushed:
@@ -430,8 +447,8 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
     return directory
 
 
-_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "finish_steps",
-            "finish_grounded_share", "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
+_OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "lead_steps",
+            "lead_grounded_share", "finish_steps", "finish_grounded_share", "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
 
 
 def _parser() -> argparse.ArgumentParser:

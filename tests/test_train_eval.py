@@ -18,7 +18,7 @@ from course_lib.train import (
     METADATA_FILE,
     TrainSettings,
     asked,
-    finishing_subset,
+    grounded_subset,
     learn_question_copies,
     learning_rate,
     main,
@@ -120,16 +120,21 @@ def test_the_question_copy_is_learned_in_grounded_prompts_only(tinychat_tokenize
         TrainSettings(question_copy_weight=-1.0)
 
 
-def test_the_finishing_phase_draws_mostly_grounded_conversations_after_the_first_phase():
+def test_a_curriculum_phase_draws_every_grounded_conversation_and_replay_to_its_share():
     convos = generate_corpus(400, seed=5)
-    picked = finishing_subset(convos, TrainSettings(finish_steps=1, finish_grounded_share=0.8))
+    picked = grounded_subset(convos, 0.8, seed=0)
     grounded = sum(convos[i].task == "grounded" for i in picked)
     assert grounded == sum(c.task == "grounded" for c in convos)  # every grounded conversation, and replay
     assert grounded / len(picked) == pytest.approx(0.8, abs=0.01)
+    assert {convos[i].task for i in grounded_subset(convos, 1.0, seed=0)} == {"grounded"}
+    assert grounded_subset(convos, 0.8, seed=0) != grounded_subset(convos, 0.8, seed=1)  # the replay is seeded
     with pytest.raises(ValueError, match="finish_steps"):
         TrainSettings(steps=10, finish_steps=11)
-    with pytest.raises(ValueError, match="finish_grounded_share"):
-        TrainSettings(finish_grounded_share=0.0)
+    with pytest.raises(ValueError, match="lead_steps"):
+        TrainSettings(steps=10, finish_steps=4, lead_steps=7)
+    for name in ("finish_grounded_share", "lead_grounded_share"):
+        with pytest.raises(ValueError, match=name):
+            TrainSettings(**{name: 0.0})
 
 
 def test_a_curriculum_run_trains_and_records_its_settings(tiny_run):
@@ -139,6 +144,14 @@ def test_a_curriculum_run_trains_and_records_its_settings(tiny_run):
     assert run.losses[:2] != tiny_run.losses[:2]  # the weighted loss is a different number
     assert run.metadata["settings"]["finish_steps"] == 2 and run.metadata["settings"]["decision_weight"] == 3.0
     assert run.metadata["settings"]["question_copy_weight"] == 0.5
+
+
+def test_a_leading_phase_changes_only_the_batches_of_its_steps(tiny_run):
+    led = run_training(TrainSettings(steps=4, lead_steps=2, **TINY), device="cpu", progress=False)
+    assert len(led.losses) == 4 and led.losses[0] != tiny_run.losses[0]  # grounded batches first
+    assert led.metadata["settings"]["lead_steps"] == 2 and led.metadata["settings"]["lead_grounded_share"] == 1.0
+    everything = run_training(TrainSettings(steps=4, lead_steps=4, **TINY), device="cpu", progress=False)
+    assert everything.losses[:2] == led.losses[:2]  # the same lead stream, whatever follows it
 
 
 def test_learning_rate_schedule():
