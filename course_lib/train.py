@@ -83,6 +83,11 @@ class TrainSettings:
     # high (the README measures what that gains, and what the later tasks lose). 0: no such phase.
     lead_steps: int = 0
     lead_grounded_share: float = 1.0
+    # The main phase (the steps between lead and finish) re-weighted the same way: grounded
+    # conversations `main_grounded_share` of its batches, below the corpus's own 45% by sampling
+    # them and keeping every other one. After a lead has taught the grounded task, a low share
+    # gives the other tasks back the batches the lead took. None: the corpus as drawn.
+    main_grounded_share: float | None = None
     # The loss weight of the first DECISION_TOKENS tokens of each grounded reply, where the reply
     # commits to answering ("The capital of", "A bee") or declining ("The passages"); every other
     # learned token weighs 1. 1.0: a plain mean over the learned tokens.
@@ -115,7 +120,9 @@ class TrainSettings:
         if not 0 <= self.lead_steps <= self.steps - self.finish_steps:
             raise ValueError(f"lead_steps must be in [0, steps - finish_steps = {self.steps - self.finish_steps}], "
                              f"got {self.lead_steps!r}")
-        for name in ("finish_grounded_share", "lead_grounded_share"):
+        for name in ("finish_grounded_share", "lead_grounded_share", "main_grounded_share"):
+            if name == "main_grounded_share" and self.main_grounded_share is None:
+                continue
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} is a fraction in (0, 1], got {getattr(self, name)!r}")
         if not self.decision_weight > 0:
@@ -210,8 +217,10 @@ def training_corpus(settings: TrainSettings) -> tuple[list[Conversation], list[C
 
 
 def grounded_subset(conversations: list[Conversation], share: float, seed: int) -> list[int]:
-    """Indices of the conversations a curriculum phase draws from: every grounded one and a
-    seeded sample of the others, sized so grounded ones are ``share`` of them (1.0: grounded only).
+    """Indices of the conversations a curriculum phase draws from, sized so grounded ones are
+    ``share`` of them: every grounded one and a seeded sample of the others when ``share`` is at
+    least the corpus's own (1.0: grounded only), every other one and a seeded sample of the
+    grounded ones when it is below.
 
     >>> convos = generate_corpus(200, seed=3)
     >>> picked = grounded_subset(convos, 0.5, seed=0)
@@ -220,12 +229,19 @@ def grounded_subset(conversations: list[Conversation], share: float, seed: int) 
     True
     >>> all(convos[i].task == "grounded" for i in grounded_subset(convos, 1.0, seed=0))
     True
+    >>> picked = grounded_subset(convos, 0.2, seed=0)
+    >>> others = sum(convos[i].task != "grounded" for i in picked)
+    >>> others == sum(c.task != "grounded" for c in convos), round(1 - others / len(picked), 2)
+    (True, 0.2)
     """
     grounded = [i for i, c in enumerate(conversations) if c.task == "grounded"]
     others = [i for i, c in enumerate(conversations) if c.task != "grounded"]
-    keep = min(len(others), round(len(grounded) * (1 - share) / share))
-    picked = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed))[:keep]
-    return sorted(grounded + [others[i] for i in picked.tolist()])
+    if share * len(conversations) >= len(grounded):  # at or above the corpus's share: sample the others
+        kept, sampled, keep = grounded, others, round(len(grounded) * (1 - share) / share)
+    else:  # below it: keep every other conversation and sample the grounded ones
+        kept, sampled, keep = others, grounded, round(len(others) * share / (1 - share))
+    picked = torch.randperm(len(sampled), generator=torch.Generator().manual_seed(seed))[:keep]
+    return sorted(kept + [sampled[i] for i in picked.tolist()])
 
 
 DECISION_TOKENS = 2  # "A bee" decides at its first token, "The capital" / "The passages" at its second
@@ -384,7 +400,9 @@ def run_training(settings: TrainSettings, *, device: torch.device | str | None =
         # The phases in order (lead, main, finish), each from its own seeded stream; without a lead
         # or a finish the main stream alone draws exactly the batches the one-phase recipe always has.
         main_steps = settings.steps - settings.lead_steps - settings.finish_steps
-        phases = [(batches.stream(torch.Generator().manual_seed(settings.seed)), main_steps)]
+        main = (batches.stream(torch.Generator().manual_seed(settings.seed)) if settings.main_grounded_share is None
+                else curriculum_stream(settings.main_grounded_share, settings.seed))
+        phases = [(main, main_steps)]
         if settings.lead_steps:
             phases.insert(0, (curriculum_stream(settings.lead_grounded_share, settings.seed + 2), settings.lead_steps))
         if settings.finish_steps:
@@ -448,7 +466,11 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
 
 
 _OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "lead_steps",
-            "lead_grounded_share", "finish_steps", "finish_grounded_share", "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
+            "lead_grounded_share", "main_grounded_share", "finish_steps", "finish_grounded_share",
+            "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
+# The options whose default is None: their command-line type and what None does (the others
+# take their default's type and show it).
+_NONE_DEFAULTS = {"tokenizer": (str, "learn one"), "main_grounded_share": (float, "the corpus as drawn")}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -468,8 +490,9 @@ def _parser() -> argparse.ArgumentParser:
     for name in _OPTIONS:
         value = getattr(defaults, name)
         per_config = ", ".join(f"{c}: {d[name]}" for c, d in DEFAULTS.items() if name in d)
-        parser.add_argument(f"--{name.replace('_', '-')}", type=str if value is None else type(value), default=None,
-                            help=f"(default: {'learn one' if value is None else value}"
+        kind, shown = _NONE_DEFAULTS.get(name, (type(value), value))
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
+                            help=f"(default: {shown}"
                                  f"{'; ' + per_config if per_config else ''})")
     return parser
 

@@ -128,13 +128,20 @@ def test_a_curriculum_phase_draws_every_grounded_conversation_and_replay_to_its_
     assert grounded / len(picked) == pytest.approx(0.8, abs=0.01)
     assert {convos[i].task for i in grounded_subset(convos, 1.0, seed=0)} == {"grounded"}
     assert grounded_subset(convos, 0.8, seed=0) != grounded_subset(convos, 0.8, seed=1)  # the replay is seeded
+    # below the corpus's own share: every other conversation, and a seeded sample of the grounded ones
+    picked = grounded_subset(convos, 0.2, seed=0)
+    others = sum(convos[i].task != "grounded" for i in picked)
+    assert others == sum(c.task != "grounded" for c in convos)
+    assert 1 - others / len(picked) == pytest.approx(0.2, abs=0.01)
+    assert grounded_subset(convos, 0.2, seed=0) != grounded_subset(convos, 0.2, seed=1)
     with pytest.raises(ValueError, match="finish_steps"):
         TrainSettings(steps=10, finish_steps=11)
     with pytest.raises(ValueError, match="lead_steps"):
         TrainSettings(steps=10, finish_steps=4, lead_steps=7)
-    for name in ("finish_grounded_share", "lead_grounded_share"):
-        with pytest.raises(ValueError, match=name):
-            TrainSettings(**{name: 0.0})
+    for name in ("finish_grounded_share", "lead_grounded_share", "main_grounded_share"):
+        for bad in (0.0, 1.5):
+            with pytest.raises(ValueError, match=name):
+                TrainSettings(**{name: bad})
 
 
 def test_a_curriculum_run_trains_and_records_its_settings(tiny_run):
@@ -152,6 +159,21 @@ def test_a_leading_phase_changes_only_the_batches_of_its_steps(tiny_run):
     assert led.metadata["settings"]["lead_steps"] == 2 and led.metadata["settings"]["lead_grounded_share"] == 1.0
     everything = run_training(TrainSettings(steps=4, lead_steps=4, **TINY), device="cpu", progress=False)
     assert everything.losses[:2] == led.losses[:2]  # the same lead stream, whatever follows it
+
+
+def test_a_reweighted_main_phase_changes_only_the_batches_after_the_lead():
+    led = run_training(TrainSettings(steps=4, lead_steps=2, **TINY), device="cpu", progress=False)
+    lighter = run_training(TrainSettings(steps=4, lead_steps=2, main_grounded_share=0.2, **TINY),
+                           device="cpu", progress=False)
+    assert lighter.losses[:2] == led.losses[:2] and lighter.losses[2:] != led.losses[2:]
+    assert lighter.metadata["settings"]["main_grounded_share"] == 0.2
+    assert led.metadata["settings"]["main_grounded_share"] is None
+
+
+def test_the_cli_takes_a_main_phase_share_as_a_number_and_refuses_one_out_of_range(tmp_path, capsys):
+    assert main(["--main-grounded-share", "1.5", "--out", str(tmp_path / "m")]) == 2
+    assert "main_grounded_share is a fraction in (0, 1], got 1.5" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
 
 
 def test_learning_rate_schedule():
