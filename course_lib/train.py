@@ -11,7 +11,9 @@ that both models give every token the same ID, which speculative decoding needs;
 first.
 
 Every random choice comes from the seeds recorded in ``training.json``: the corpus from
-``TRAIN_SEED``, the weights' initialisation and the batch order from ``--seed``. The loss is
+``TRAIN_SEED``, the weights' initialisation and the batch order from ``--seed``. A rerun repeats
+the recorded one bit for bit on a CPU with the same vector instructions; on another kind (AVX-512
+against AVX2) float rounding differs, and after about 100 steps it is another draw of the recipe. The loss is
 taken on assistant tokens only (see ``course_lib.data.batching``). The run uses CUDA when it
 is present and the CPU otherwise.
 
