@@ -1,7 +1,8 @@
 """The chat page of `course serve` in a real browser: type, press Enter, watch the X-ray.
 
 One server for the module (the shipped model; two running slots and no waiting room, so a
-third request at once gets 429). Each test drives the page as a person would and reads
+third request at once gets 429; every engine step paced to at least STEP_S, so a long reply
+outlasts the clicks that start the next one on a machine of any speed). Each test drives the page as a person would and reads
 what the page shows; the numbers behind it are checked against the engine in
 tests/api/test_xray_api.py.
 """
@@ -18,12 +19,26 @@ from tests.api.conftest import _serve
 from tests.conftest import slow_fixture
 
 LONG = {"max_tokens": "480", "ignore_eos": True}  # a reply that runs to max_tokens (nearly the window)
+STEP_S = 0.02  # a LONG reply then lasts >= 9.6 s: unpaced, a fast CPU finished one before the next began
+
+
+def pace(runner, seconds: float) -> None:
+    """Make each of ``runner``'s passes take at least ``seconds`` (the model's math unchanged)."""
+    run = runner.run
+
+    def paced(*args, **kwargs):
+        start = time.monotonic()
+        logits = run(*args, **kwargs)
+        time.sleep(max(0.0, seconds - (time.monotonic() - start)))
+        return logits
+    runner.run = paced
 
 
 @slow_fixture(scope="module")
 def chat_url(tmp_path_factory):
     app = create_app(load_model("tinychat", device="cpu"), load_tokenizer("tinychat"), max_num_seqs=2, max_waiting=0,
                      trace_log=tmp_path_factory.mktemp("trace") / "trace.jsonl")
+    pace(app.state.async_engine.engine.runner, STEP_S)
     with _serve(app) as url:
         yield url
 
