@@ -2,9 +2,9 @@
 
 One server for the module (the shipped model; two running slots and no waiting room, so a
 third request at once gets 429; every engine step paced to at least STEP_S, so a long reply
-outlasts the clicks that start the next one on a machine of any speed). Each test drives the page as a person would and reads
-what the page shows; the numbers behind it are checked against the engine in
-tests/api/test_xray_api.py.
+outlasts the clicks that start the next one on a machine of any speed). Each test drives the
+page as a person would and reads what the page shows; the numbers behind it are checked
+against the engine in tests/api/test_xray_api.py.
 """
 from __future__ import annotations
 
