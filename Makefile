@@ -7,6 +7,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 A      ?=
+# Test worker processes (pytest-xdist): one per core of the 2-core course machine. Each test
+# module runs whole in one worker, so its module fixtures are built once; JOBS=0 runs in-process.
+JOBS   ?= 2
 
 .PHONY: install lab test test-fast release grade check bench train eval clean
 
@@ -27,10 +30,10 @@ lab: $(STAMP)                          ## start JupyterLab on notebooks/ and pri
 	$(BIN)/course lab
 
 test: $(STAMP)                         ## the whole test suite
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
 test-fast: $(STAMP)                    ## the tests not marked slow (no kernels, servers, browsers or gradings)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile -m "not slow"
 
 release: $(STAMP)                      ## rebuild source notebooks and notebooks/ (nbgrader)
 	$(BIN)/course release

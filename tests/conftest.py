@@ -129,19 +129,23 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (f"{item.nodeid} started {', '.join(started)} ({report.when}) but is not marked slow: "
                            "mark it @pytest.mark.slow, or get that from a fixture declared with "
                            "tests.conftest.slow_fixture")
-    if report.when in ("setup", "call") and item.get_closest_marker("slow") is None:
-        took = item.config.stash.setdefault(_UNMARKED_TOOK, {})
-        took[item.nodeid] = took.get(item.nodeid, 0.0) + report.duration
     return report
 
 
-_UNMARKED_TOOK = pytest.StashKey[dict]()
+_UNMARKED_TOOK: dict[str, float] = {}  # nodeid -> seconds of setup and call, for tests not marked slow
 LONG_UNMARKED_S = 10.0
+
+
+def pytest_runtest_logreport(report):
+    """Kept from the reports, not the items: under pytest-xdist (``make test`` runs two workers)
+    the tests run in the workers, and only their reports reach the process that prints the summary."""
+    if report.when in ("setup", "call") and "slow" not in report.keywords:
+        _UNMARKED_TOOK[report.nodeid] = _UNMARKED_TOOK.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The unmarked tests that took long all the same (a module fixture counts in its first test)."""
-    took = config.stash.get(_UNMARKED_TOOK, {})
+    took = _UNMARKED_TOOK
     long = sorted(((s, nodeid) for nodeid, s in took.items() if s > LONG_UNMARKED_S), reverse=True)
     if long:
         terminalreporter.write_sep("-", f"not marked slow, yet over {LONG_UNMARKED_S:g} s (setup + call)")
