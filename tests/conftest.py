@@ -145,8 +145,7 @@ def pytest_runtest_logreport(report):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The unmarked tests that took long all the same (a module fixture counts in its first test)."""
-    took = _UNMARKED_TOOK
-    long = sorted(((s, nodeid) for nodeid, s in took.items() if s > LONG_UNMARKED_S), reverse=True)
+    long = sorted(((s, nodeid) for nodeid, s in _UNMARKED_TOOK.items() if s > LONG_UNMARKED_S), reverse=True)
     if long:
         terminalreporter.write_sep("-", f"not marked slow, yet over {LONG_UNMARKED_S:g} s (setup + call)")
         for seconds, nodeid in long:
