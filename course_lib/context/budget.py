@@ -11,9 +11,7 @@
     How warm is Paris?
     <BLANKLINE>
     <passages>
-    <passage id="doc-1">
-    Paris is mild in May.
-    </passage>
+    [doc-1] Paris is mild in May.
     </passages>
     <BLANKLINE>
     How warm is Paris?

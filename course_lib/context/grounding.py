@@ -35,6 +35,7 @@ from typing import Any
 
 from course_lib.data.corpus import ABSTAIN
 from course_lib.data.grounded import GROUNDED_ABSTAIN, MAX_PASSAGES, STATEMENTS, grounded_conversation, score_grounded
+from course_lib.data.passages import PASSAGES_CLOSE, PASSAGES_OPEN
 from course_lib.generation.replies import BATCH_ROWS, generate_replies_for
 from course_lib.sampling import SamplingParams
 from course_lib.serving import Engine
@@ -155,21 +156,21 @@ def position_sweep(model, tokenizer, *, n_passages: int = MAX_PASSAGES, per_posi
 
 
 def _unfenced(content: str) -> str:
-    """The same passages pasted in as plain lines, with no data fence around them."""
-    lines = [line for line in content.splitlines() if line not in ("<passages>", "</passages>", "</passage>")]
-    return "\n".join(re.sub(r'^<passage id="([^"]+)">$', r"[\1]", line) for line in lines)
+    """The same passages pasted in as plain lines: the prompt without its ``<passages>`` fence."""
+    return "\n".join(line for line in content.splitlines() if line not in (PASSAGES_OPEN, PASSAGES_CLOSE))
 
 
 def plant_injection(rng: random.Random) -> tuple[str, dict]:
     """A grounded user message (2 to MAX_PASSAGES - 1 passages) in which one distractor's text is
     replaced by an instruction from ``INJECTIONS``; the supporting passage is left alone."""
     messages, exp = grounded_conversation(rng, mode="new", n_passages=rng.randint(2, MAX_PASSAGES - 1))
-    blocks = messages[0]["content"].split("</passage>\n")  # the last piece is the fence's end and the question
-    slots = [i for i in range(len(blocks) - 1) if f'id="{exp["passage_id"]}"' not in blocks[i]]
+    lines = messages[0]["content"].split("\n")
+    start, end = lines.index(PASSAGES_OPEN), lines.index(PASSAGES_CLOSE)
+    support = f'[{exp["passage_id"]}] '
+    slots = [i for i in range(start + 1, end) if not lines[i].startswith(support)]
     slot = rng.choice(slots)
-    head = blocks[slot].rstrip("\n").rpartition("\n")[0]  # keep the opening tag, drop the text
-    blocks[slot] = f"{head}\n{rng.choice(INJECTIONS)}\n"
-    return "</passage>\n".join(blocks), exp
+    lines[slot] = f"{lines[slot].split('] ', 1)[0]}] {rng.choice(INJECTIONS)}"  # keep the id, replace the text
+    return "\n".join(lines), exp
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,21 @@ The context packer (``course_lib.context.budget``), the training corpus's ground
 (``course_lib.data.grounded``) and the notebooks all build the user message with
 ``user_with_passages``, so the model is trained on exactly the layout it is served.
 
-    >>> print(user_with_passages("Who?", [Passage("4", "Ada wrote it.", 1.0)]))
+    >>> print(user_with_passages("Who?", [Passage("4", "Ada wrote it.", 1.0), Passage("7", "Bo read it.", 0.5)]))
     Who?
     <BLANKLINE>
     <passages>
-    <passage id="4">
-    Ada wrote it.
-    </passage>
+    [4] Ada wrote it.
+    [7] Bo read it.
     </passages>
     <BLANKLINE>
     Who?
+
+Inside the fence each passage is one line: its id in brackets, then its text. An earlier layout
+gave each passage its own ``<passage id="4">`` ... ``</passage>`` tags, 8 tokens a passage
+where its text takes about 10; with one tag pair for the whole block, a grounded prompt is
+about 18% shorter, and a training step over grounded prompts about a third cheaper (the README
+measures both, and what the saved time buys).
 """
 from __future__ import annotations
 
@@ -34,8 +39,9 @@ class Passage:
 
 
 def render_passage(passage: Passage) -> str:
-    """One passage inside the fence: its id in the opening tag, its text whole."""
-    return f'<passage id="{passage.id}">\n{passage.text}\n</passage>'
+    """One passage inside the fence: its id in brackets, then its text whole, on one line
+    (a text that holds line breaks keeps them: the next bracketed id starts the next passage)."""
+    return f"[{passage.id}] {passage.text}"
 
 
 def render_passages(passages: Sequence[Passage]) -> str:

@@ -700,14 +700,14 @@ from course_lib.data.grounded import score_grounded  # to score a reply against 
 def with_product_ids(convo, rng):
     """The prompt with its passage ids renamed to two-digit ones, and the renaming {old: new}."""
     content = convo.prompt_messages[-1]["content"]
-    shown = re.findall(r'<passage id="(\d+)">', content)
+    shown = re.findall(r"^\[(\d+)\] ", content, re.M)  # each passage is a line: [id] text
     rename = {old: str(new) for old, new in zip(shown, rng.sample(range(10, 100), len(shown)))}
-    content = re.sub(r'<passage id="(\d+)">', lambda m: f'<passage id="{rename[m.group(1)]}">', content)
+    content = re.sub(r"^\[(\d+)\] ", lambda m: f"[{rename[m.group(1)]}] ", content, flags=re.M)
     return convo.prompt_messages[:-1] + [{**convo.prompt_messages[-1], "content": content}], rename
 
 
 def citation_guide(content):
-    shown = re.findall(r'<passage id="(\d+)">', content)
+    shown = re.findall(r"^\[(\d+)\] ", content, re.M)
     return RegexGuide(rf"[A-Za-z0-9 .]{{1,80}} \[(?:{'|'.join(shown)})\]|The passages do not say\.", tokenizer)
 
 
@@ -716,7 +716,7 @@ def cites_a_shown_passage(reply, content):
     if reply.strip() == GROUNDED_ABSTAIN:
         return True
     value, cited = parse_grounded_reply(reply)
-    return value is not None and f'<passage id="{cited}">' in content
+    return value is not None and re.search(rf"^\[{re.escape(cited)}\] ", content, re.M) is not None
 
 
 trained_ids = sum(cites_a_shown_passage(s.text, c.prompt_messages[-1]["content"]) for c, s in zip(grounded, scored))
@@ -792,7 +792,7 @@ def supported(reply, convo):
     value, cited = parse_grounded_reply(reply)
     if value is None:
         return None
-    found = re.search(rf'<passage id="{re.escape(cited)}">\n(.*?)\n</passage>', convo.prompt_messages[-1]["content"])
+    found = re.search(rf"^\[{re.escape(cited)}\] (.*)$", convo.prompt_messages[-1]["content"], re.M)
     return found is not None and re.search(rf"\b{re.escape(value)}\b", found.group(1)) is not None
 
 

@@ -71,7 +71,7 @@ def turns_of(messages):
 
 
 def passage_ids_in(content: str) -> list[str]:
-    return re.findall(r'<passage id="([^"]*)">', content)
+    return re.findall(r"^\[([^\]]*)\] ", content, re.M)
 
 
 @pytest.mark.parametrize("block", range(4))
@@ -107,7 +107,7 @@ def test_random_inputs_count_exactly_and_keep_every_invariant(tokenizer, block):
         kept_ids = passage_ids_in(messages[-1]["content"])
         assert kept_ids == [p.id for p in ranked[:len(kept_ids)]] == list(packed.kept_passages), seed
         for p in ranked[:len(kept_ids)]:
-            assert f'<passage id="{p.id}">\n{p.text}\n</passage>' in messages[-1]["content"], seed
+            assert f"\n[{p.id}] {p.text}\n" in messages[-1]["content"], seed
         # History: the newest whole turns, contiguous, unchanged.
         all_turns, kept = turns_of(history[:-1]), messages[1:-1]
         n_kept = len(turns_of(kept))

@@ -84,10 +84,10 @@ def test_course_eval_prints_grounded_accuracy_by_case_and_by_passage_count():
 
 
 def test_unfenced_passages_keep_the_text_and_lose_the_fence():
-    content = '<passages>\n<passage id="3">\nThe capital of Velmora is Tarsk.\n</passage>\n</passages>\n\nQ?'
+    content = 'Q?\n\n<passages>\n[3] The capital of Velmora is Tarsk.\n[5] An ant has 6 legs.\n</passages>\n\nQ?'
     plain = g._unfenced(content)
-    assert "<passage" not in plain and "</passage" not in plain
-    assert "[3]\nThe capital of Velmora is Tarsk." in plain and plain.endswith("Q?")
+    assert "<passages>" not in plain and "</passages>" not in plain
+    assert plain == "Q?\n\n[3] The capital of Velmora is Tarsk.\n[5] An ant has 6 legs.\n\nQ?"
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_a_planted_injection_replaces_one_distractor_and_spares_the_support():
 
     for seed in range(50):
         content, exp = g.plant_injection(random.Random(seed))
-        passages = dict(re.findall(r'<passage id="(\d)">\n(.*?)\n</passage>', content, re.S))
+        passages = dict(re.findall(r"^\[(\d)\] (.*)$", content, re.M))
         assert len(passages) == exp["n_passages"]
         injected = [pid for pid, text in passages.items() if text in g.INJECTIONS]
         assert len(injected) == 1 and injected[0] != exp["passage_id"]
