@@ -176,7 +176,7 @@ def test_xray_lists_are_plain_json(client):
 
 
 def test_a_tokens_attention_is_a_second_pass_over_exactly_the_sequence_it_was_drawn_from(client, model):
-    completion = chat(client, temperature=0, max_tokens=8)
+    completion = chat(client, temperature=0, max_tokens=8, ignore_eos=True)  # 8 tokens, whatever the reply
     doc = xray_of(client, completion)
     index = 3
     maps = client.get(f"/course/xray/{completion['id']}/attention", params={"token": index}).json()
