@@ -313,7 +313,8 @@ for step, token in enumerate(answer):
 # matter where the top candidates are close, which is exactly where sampling happens. The repetition penalty is
 # multiplicative and, in Hugging Face's convention, also counts the prompt's tokens: a strong
 # one pushes the model away from restating the question, even when restating it is the
-# right thing to do. No penalty can tell a tiresome repeat from a necessary one, such as the
+# right thing to do. At 3.0 above, the answer no longer restates `7 * 7`, and it falls apart
+# into broken words. No penalty can tell a tiresome repeat from a necessary one, such as the
 # quotes and commas that JSON repeats by design.
 
 # %% [markdown]
@@ -322,11 +323,11 @@ for step, token in enumerate(answer):
 # Generation ends on the first of: the model's end token (`<|end|>` here), a caller's stop
 # string, or the token cap. Chat APIs report which, and this course uses OpenAI's names
 # throughout: finish reason `"stop"` for the end token or a stop string, `"length"` for the
-# cap. Stop strings
-# are matched in the *text*, because tokens do not line up with them: `"\nUser:"` can arrive
-# as `"\n"`, `"User"`, `":"`. A streaming server must also hold back any tail of the text
-# that could still grow into a stop string, or it would show the start of one and then have
-# to take it back.
+# cap. Stop strings are matched in the *text*, because tokens do not line up with them:
+# `"\nUser:"` can arrive in pieces that begin before it and end inside it. Below, tinychat's
+# tokenizer glues the newline to the period in front of it and splits `User` into three
+# pieces. A streaming server must also hold back any tail of the text that could still grow
+# into a stop string, or it would show the start of one and then have to take it back.
 
 # %%
 example = "The answer is 4.\nUser: and 3 + 3?"
@@ -363,14 +364,16 @@ check.stop_at(stop_at)
 # %% [markdown]
 # The library's `StopSequenceMatcher` does the same incrementally and also reports which
 # part of the text is safe to show while streaming. In a real generation the stop string and
-# everything after it are cut from the returned text:
+# everything after it are cut from the returned text (here `"= 4"` arrives over three
+# tokens), and a cap shorter than the answer ends it with `"length"`:
 
 # %%
 sentence = render_chat([{"role": "user", "content": "What is 2 + 2? Answer in a sentence."}])
 result = generate(model, tokenizer, sentence, SamplingParams(temperature=0, max_new_tokens=20, stop=["= 4", "is 4"]))
 print(repr(result.text), result.finish_reason, "- tokens:", [tokenizer.decode([t]) for t in result.token_ids])
-result = generate(model, tokenizer, prompt, SamplingParams(temperature=0, max_new_tokens=2))
-print(repr(result.text), result.finish_reason)
+cap = len(result.token_ids) // 2  # fewer tokens than the same greedy answer took to reach its stop string
+result = generate(model, tokenizer, sentence, SamplingParams(temperature=0, max_new_tokens=cap))
+print(repr(result.text), result.finish_reason, f"- a cap of {cap} tokens")
 
 # %% [markdown]
 # ## A seeded sampler
@@ -646,7 +649,7 @@ with torch.no_grad():
 print(f"largest difference between row 0 alone and in a batch of 16: {(one[0] - many[0]).abs().max().item():.2e}")
 
 # %% [markdown]
-# A difference of a few millionths in a logit is enough to flip a sampled token whenever
+# A logit difference as small as this one is enough to flip a sampled token whenever
 # the uniform number lands near a boundary between two tokens, and a change of library
 # version, model revision, retrieved document or tool result moves outputs far more. So test stochastic behaviour by repeated trials and compare distributions, as above, and
 # make exact guarantees deterministic *downstream* of the model, in validators and checks,

@@ -124,8 +124,9 @@ for sample in samples:
 
 # %% [markdown]
 # At temperature 1.5 not every reply can be used: one stray token is enough to break the
-# JSON, and over more draws some replies break the schema instead (we count them below). And
-# one of them fits the schema perfectly and names the wrong guest: keep that one in mind.
+# JSON, and a reply that parses can still break the schema, as the verdicts show. A reply can
+# also fit the schema perfectly and state the wrong booking; the count over many more draws
+# below finds those too.
 # Lowering the temperature makes failures rarer, not impossible, and every model, however
 # large, slips now and then. Saying "respond in JSON" in the prompt has the same limit. An
 # application needs two guarantees it can build on:
@@ -469,7 +470,8 @@ for name, schema in [
 #
 # Along a whole answer, the booking guide's mask opens and closes as the JSON goes: almost
 # the whole vocabulary inside the free-text name, a handful of tokens at the keys and the
-# punctuation (the different ways to spell the same next characters), ten at a digit.
+# punctuation (the different ways to spell the same next characters), nine or ten at a
+# digit.
 
 # %%
 state, widths, labels = booking_guide.initial_state, [], []
@@ -690,8 +692,9 @@ plt.show()
 # mask also helps the content: a reply that stays inside the grammar keeps looking like the
 # training data, so fewer of them derail, and most of the records it added are correct. But
 # compare the second and third pairs of bars: the gap between them is the masked records
-# that are valid and wrong, most often a wrong name (a mangled "Patel", or another guest the
-# model saw in training) with everything else right. The mask repaired the syntax of replies
+# that are valid and wrong, most often a wrong name (a mangled "Patel", or letters that are
+# no name at all) with everything else right; a "Patel" among the most common names is a
+# record that is wrong in another field. The mask repaired the syntax of replies
 # whose content had already gone astray, and from the outside those look exactly like good
 # ones. No schema can tell them apart; a check on meaning can catch some, as the last line
 # shows: the application knows the request, so it can demand that the extracted name occur

@@ -1025,16 +1025,22 @@ for (name, temperature), run in spec_runs.items():
 # run: tokens per pass is what speculation promises, fewer target passes for the same reply.
 # *Same replies* at temperature 0 confirms the greedy output is unchanged, whatever the
 # draft. (At temperature 1 the replies are samples; the rule keeps their distribution, not
-# the exact tokens, so they may differ.) The last two columns are wall-clock time, the median
-# of the three timed runs at temperature 0. A speed-up can at best approach the tokens per
-# pass, and only if drafting were free (a printed ratio above it is noise); here both models
-# are small and much of every pass is fixed overhead, and on a shared 2-core machine a ratio
-# within a few tens of percent of 1 is no evidence either way. On a 70B target with a 1B
-# draft on a GPU, where the target's step is memory-bound and the batch is small, published
-# results commonly report 2-3x (representative, not measured here).
-# It stops paying when the batch is already large (the step is no longer memory-bound, so
-# extra verified tokens cost real compute), when acceptance is low (creative sampling, a
-# poorly matched draft), or when the draft itself is slow.
+# the exact tokens, so they may differ. On these short replies they usually match anyway:
+# each reply's first token comes from the prefill pass, before any guessing, drawn with the
+# same seed by every method, and once it is chosen tinychat is nearly certain of the rest.)
+# The last two columns are wall-clock time, the median of the three timed runs at
+# temperature 0. A speed-up can at best approach the tokens per pass, and only if drafting
+# were free (a printed ratio above it is noise). Prompt lookup costs almost nothing to
+# draft, but most of its guesses are rejected here. `tinychat-draft` has most of its guesses
+# accepted and so needs far fewer target passes, but every round also runs $k$ passes of
+# the draft, and at this size a pass of either model is largely fixed overhead: the time
+# saved on the target is spent again on drafting, and its ratio stays near 1 or below. On a
+# shared 2-core machine a ratio within a few tens of percent of 1 is no evidence either way.
+# On a 70B target with a 1B draft on a GPU, where the target's step is memory-bound and the
+# batch is small, published results commonly report 2-3x (representative, not measured
+# here). It stops paying when the batch is already large (the step is no longer
+# memory-bound, so extra verified tokens cost real compute), when acceptance is low
+# (creative sampling, a poorly matched draft), or when the draft itself is slow.
 #
 # ## int8 weights
 #
@@ -1113,8 +1119,9 @@ print(f"identical greedy replies: {same}/{len(heldout)}")
 
 # %% [markdown]
 # The linear layers shrink to about a quarter (the scales add a little); the whole model less,
-# because the embedding table stays float32. Accuracy on these requests barely moves; the
-# identical-reply count shows how often the small rounding changes a greedy choice somewhere.
+# because the embedding table stays float32. Compare the two solved counts for the accuracy
+# cost on these requests, and the identical-reply count for how many replies the rounding
+# changed at all (one changed greedy choice can change the rest of that reply).
 # Measure this on your own task before trusting it: int8 weights are usually safe on large
 # models, while 4-bit schemes need care (grouped scales, calibration). And note what int8
 # saved here: memory, not time. The course computes with the dequantized values; the speedup
@@ -1256,8 +1263,9 @@ notebook_panel("06_serving")
 # - Speculative decoding verifies a draft's guesses in one target pass; accept with
 #   min(1, p/q), resample from max(0, p - q), bonus from the last p: the target's
 #   distribution is kept exactly. It pays only when target passes are the expensive part.
-# - int8 per-channel weights cut memory to about a quarter at a small, measured accuracy
-#   cost; a load curve, not an average, is how a server's capacity is read.
+# - int8 per-channel weights cut the linear layers' memory to about a quarter; measure the
+#   accuracy cost on your own task. A load curve, not an average, is how a server's capacity
+#   is read.
 #
 # **Self-check:**
 # 1. A stream starts at 0 ms; chunks arrive at 300, 340 and 400 ms, the stream ends at 400 ms

@@ -243,10 +243,12 @@ for name, plan in (("everything to tinychat", {t: "tinychat" for t in route}),
           f"with the failures ${total * 1e6:,.2f}")
 
 # %% [markdown]
-# On tokens alone (the table's `$/success`) the small model wins every task, even those it fails
-# half the time, because tokens cost so little. A failure costs far more than its tokens: someone
+# On tokens alone (the table's `$/success`) the small model is the cheaper choice on every task
+# it gets mostly right, even where it fails a few requests: each of its requests costs less, and
+# a failed request's tokens cost almost nothing. A failure costs far more than its tokens: someone
 # retries, escalates or leaves. With that cost on each failure, the router sends the small model
-# only the tasks it gets as right as the large one. The routed mix pays a smaller token bill than
+# only the tasks it gets as right as the large one, and grounded questions, which the small
+# model mostly gets wrong, stay on `tinychat`. The routed mix pays a smaller token bill than
 # the large model alone, costs about the same per success once failures are priced, and far less
 # than the small model alone. Where tokens are dear (a large model on rented GPUs), that token
 # saving is the point of routing; here, where tokens cost almost nothing, its value is capacity:
@@ -306,10 +308,10 @@ check.serve_with_fallback(serve_with_fallback)
 
 # %% [markdown]
 # Now inject the failures. The large model times out on every third request; the fallback is
-# first the small model (never evaluated on the grounded questions it now receives), then int8
-# `tinychat` (the redeploy, whose greedy replies we just compared with production's). The
-# replies are scored afterwards; in production nothing would score them, so the only signal
-# would be the attempts log.
+# first the small model (the route above keeps grounded questions off it, and nobody tested it as
+# their fallback), then int8 `tinychat` (the redeploy, whose greedy replies we just compared with
+# production's). The replies are scored afterwards; in production nothing would score them, so
+# the only signal would be the attempts log.
 
 # %%
 class Flaky:
@@ -342,7 +344,8 @@ for label, names in plans.items():
 # %% [markdown]
 # Every request got a reply and no error was raised in any of the three runs, so a dashboard of
 # errors would show all of them healthy. Only the untested fallback lost answers: the small model
-# cannot do grounded questions, and nothing in the serving path knows that. A fallback is a
+# gets most grounded questions wrong (fewer than half of the requests that fell back to it were
+# answered right), and nothing in the serving path knows that. A fallback is a
 # deployment of its own; it needs the same replay and paired comparison as the primary, and its
 # own slice on the dashboard (`served_by`), or its failures are silent.
 #
@@ -470,8 +473,11 @@ for by in ("task", "length", "model"):
 # model and no prompt length, and a monitor reading only the server's log would count none of
 # them. Their "unknown" slices are below the minimum count, so they show a rate and raise no
 # alert, while the grounded slice (where the client tagged them) has enough requests and does.
-# Declines are counted, not alerted: some grounded questions have no answer in their passages,
-# so a healthy refusal rate is above zero, and its threshold is set per task in practice.
+# The refusal alert on long prompts is not a fault. Long prompts here are mostly grounded
+# questions, which carry their passages, and declining is the right reply to one whose passages
+# hold no answer; so the slice where those questions collect can sit above a refusal threshold set
+# once for all traffic. A refusal rate means something only against what that traffic should
+# decline, which is why its threshold is set per task in practice.
 #
 # ## Shadow traffic, a sticky canary and an atomic rollback
 #
@@ -591,9 +597,11 @@ for run in (weights_only, draft_run):
 
 # %% [markdown]
 # The draft is rolled back at the first decision point, because its errors are far above
-# stable's. The int8 candidate takes longer: "no worse than 2 points" needs enough canary
-# requests for the interval's upper end to come under the tolerance, and the 5% arm is the slow
-# one. That is the cost of a small canary: it limits the harm and stretches the time to a
+# stable's. The int8 candidate, with the same error rate as production, is promoted a little
+# later: "no worse than 2 points" needs enough canary requests for the interval's upper end to
+# come under the tolerance. The canary arm is the slow one: every canary request arrives with 19
+# stable ones, so a decision that needs N canary requests waits for 20N requests of traffic.
+# That is the cost of a small canary: it limits the harm and stretches the time to a
 # decision. Worked out before launch, it is the sample size the rollout needs.
 #
 # The rollback itself must be one step. The deployments sit behind one pointer; a request takes
@@ -638,7 +646,8 @@ print("any single token contains a banned phrase:",
 # %% [markdown]
 # No single token matches, so a per-token check passes it all. The filter has to look at the text
 # so far, and it must **hold back** any tail that could still become a banned phrase: after
-# `" project"` it cannot show `" project"` yet, because the next token might be `" Night"`.
+# `" project"` it cannot show `" project"` yet, because the next tokens might spell `" Nightjar"`
+# (here they are `" N"`, `"ight"`, `"j"`, `"ar"`).
 #
 # ### Exercise 5 — a streaming filter
 #
@@ -754,11 +763,16 @@ print("alice confirms, and her app retries:",
 print("alice declines the planted call (it is never confirmed); money that moved:", book.refunds)
 
 # %% [markdown]
-# The confirmation is bound to alice and to the exact call: mallory cannot use it, and the retry
-# returns the first outcome because the confirmation id is the idempotency key, scoped to alice.
-# The planted instruction can at most put a question in front of alice, worded from its
-# arguments, and the refund tool would still refuse an order that is not hers. The model is
-# never the component that authorises a material effect.
+# The model misread the order: alice wrote A1234, and the fields it extracted name another id.
+# The summary shows that id, because it is built from the arguments that will run, not from the
+# model's prose; reading it is how the user catches a wrong field before anything happens. Here
+# alice confirms without reading, and the refund tool refuses an order id it does not know
+# (`failed`), so no money moves. Her app's retry does not run the call again: it returns the
+# first outcome (`replayed`), because the confirmation id is the idempotency key, scoped to
+# alice; a refund that went through would be paid once. The confirmation is also bound to alice
+# and to the exact call, so mallory cannot use it. The planted instruction can at most put a
+# question in front of alice, worded from its arguments, and the refund tool would still refuse
+# an order that is not hers. The model is never the component that authorises a material effect.
 #
 # ## Memory under a budget
 #
@@ -788,13 +802,15 @@ ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# Dropping keeps only the newest two verbatim results, so most facts are gone, and the model
-# then does the worst thing available: it answers anyway, inventing a value for an entity it
-# has no passage about (the "made up" bar). Summarising into one sentence per lookup keeps more
-# facts in the same budget. Re-retrieval keeps everything outside the window and brings back
-# the few sentences that match the question, so the fact is almost always there and the answer
-# is mostly right. The lesson generalises: what you keep in the window should be chosen for the
-# *current* question, and a policy is judged by what the model can still answer, measured.
+# Dropping keeps only the newest two verbatim results, so most facts are gone, and in many of
+# those conversations the model does the worst thing available: it answers anyway, inventing a
+# value for an entity it has no passage about (the "made up" bar). Summarising into one sentence
+# per lookup keeps more facts in the same budget, and when the fact is gone the model almost
+# always declines instead of inventing. Re-retrieval keeps everything outside the window and
+# brings back the few sentences that match the question, so the fact is in memory in every
+# conversation here and the answer is mostly right. The lesson generalises: what you keep in the
+# window should be chosen for the *current* question, and a policy is judged by what the model
+# can still answer, measured.
 #
 # ## Verbal confidence
 #
@@ -814,8 +830,11 @@ print(f"among the plain answers, probability ranks right above wrong with AUROC 
 # %% [markdown]
 # `tinychat` has exactly two registers: a plain statement with a citation, or the decline. It
 # never hedges and never insists, because nothing in its training data does, so among the answers
-# its words say nothing about which are right. Its probability does: it ranks right answers above
-# wrong ones far better than chance (notebook 07 turned that into an abstention threshold).
+# its words say nothing about which are right. Its probability says a little more: it ranks right
+# answers above wrong ones more often than chance would (an AUROC above 0.5). The plain answers
+# are nearly all right, though, so that estimate rests on a handful of wrong replies; it takes
+# more questions to pin down (notebook 07 turned the same probability into an abstention
+# threshold).
 # Large models do produce certainty phrases, and studies find them poorly calibrated and often
 # overconfident; whether they carry information is a measurement on your own data, exactly like
 # this one, and never an assumption.

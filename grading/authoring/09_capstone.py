@@ -97,10 +97,10 @@ facts = {"1": "A kimbrel has 6 legs.", "2": "The capital of Veltoria is Marn.", 
 store = BM25Index()
 for pid, text in facts.items():
     store.add(pid, text)
-SYSTEM = "You are TinyChat. Answer from the passages and cite the passage id."
+SYSTEM = "You are TinyChat."  # one of the system prompts tinychat was trained with
 WINDOW, RESERVE, MARGIN = model.config.max_seq_len, 48, 8  # tokens: the window, the reply's room, slack
 PRICES = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}  # representative hosted prices
-PARAMS = SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=RESERVE)
+PARAMS = SamplingParams(temperature=0.7, top_p=0.9, seed=0, max_new_tokens=RESERVE)
 question = "What is the chemical symbol for katorwenium?"
 print(f"window {WINDOW} tokens, {RESERVE} kept for the reply, margin {MARGIN}; {len(store)} passages in the store")
 
@@ -129,11 +129,11 @@ print(packed.report())
 # %% [markdown]
 # What if the parts that must always be sent do not fit? The packer refuses to build the
 # prompt at all, rather than send one that leaves the reply no room. The system prompt,
-# repeated forty times:
+# repeated two hundred times:
 
 # %%
 try:
-    pack_context(SYSTEM * 40, [], [{"role": "user", "content": question}], found, tokenizer=tokenizer,
+    pack_context(SYSTEM * 200, [], [{"role": "user", "content": question}], found, tokenizer=tokenizer,
                  window=WINDOW, reserve_output=RESERVE, margin=MARGIN)
 except ContextOverflow as error:
     print(f"ContextOverflow ({error.over} tokens over): {str(error)[:120]}...")
@@ -228,7 +228,7 @@ try:
     Engine(model, tokenizer, num_blocks=2).add_request(packed.messages, PARAMS)
 except ValueError as error:
     print(f"refused at admission: {str(error)[:150]}...")
-capped = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=3))
+capped = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=0, max_new_tokens=3))
 print(f"max_new_tokens=3: {capped['completion_tokens']} tokens, finish_reason {capped['finish_reason']!r}, "
       f"{capped['text']!r}")
 
@@ -246,11 +246,11 @@ print(f"max_new_tokens=3: {capped['completion_tokens']} tokens, finish_reason {c
 
 # %%
 again = run_engine(packed.messages, PARAMS, reply_guide(list(packed.kept_passages)))
-other = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=2026, max_new_tokens=RESERVE),
+other = run_engine(packed.messages, SamplingParams(temperature=0.7, top_p=0.9, seed=1, max_new_tokens=RESERVE),
                    reply_guide(list(packed.kept_passages)))
-print(f"seed 7, first run:     {run['text']!r}")
-print(f"seed 7, second run:    {again['text']!r} (identical: {again['text'] == run['text']})")
-print(f"seed 2026:             {other['text']!r} (identical to seed 7: {other['text'] == run['text']})")
+print(f"seed {PARAMS.seed}, first run:     {run['text']!r}")
+print(f"seed {PARAMS.seed}, second run:    {again['text']!r} (identical: {again['text'] == run['text']})")
+print(f"seed 1:                {other['text']!r} (identical to seed {PARAMS.seed}: {other['text'] == run['text']})")
 
 # %% [markdown]
 # A different seed may or may not change the words: when the model is confident, most draws
@@ -284,8 +284,8 @@ print(ground(run["text"], shown))
 # %% [markdown]
 # The printed validation is the whole request's verdict: the reply has the cited form, the id
 # it cites was shown, and its statement is that passage's sentence word for word. The sentence
-# is compared whole, not only the symbol in it, so a reply with the right value and a
-# misspelt name fails `claim_supported`; one of the failing requests below does just that.
+# is compared whole, not only the symbol in it, so a reply with the right value under a
+# wrong name fails `claim_supported`; one of the failing requests below does just that.
 #
 # Notice what the check can and cannot say. It proves that the reply's sentence is in the
 # passage the reply cites. It cannot prove that the passage is right, or that the sentence
@@ -393,7 +393,7 @@ print(f"the model's forward passes (prefill + decode): {model_ms / sum(stages.va
 
 # %% [markdown]
 # The log scale matters: the stages differ by orders of magnitude. Retrieval, packing,
-# grounding and the trace write are ordinary code over a few hundred tokens. If the grammar
+# grounding and the trace write are ordinary code over a prompt this short. If the grammar
 # stage stands out among them, that is because its guide is compiled for each request (the
 # pattern names the shown ids); a product caches compiled guides by pattern.
 #
@@ -707,20 +707,21 @@ print(f"decode is {budget['decode_s_per_token'] * 1e3:.2f} ms per token, so the 
 #    the question fit but no passage does. With no passage shown, the grammar allows only the
 #    abstention.
 # 2. **A cap too low.** `max_new_tokens=2`: two tokens, far fewer than a cited sentence needs.
-# 3. **A hot, unguided sampler.** Temperature 3.0, top-p off, no grammar.
+# 3. **A hot, unguided sampler.** Temperature 5.0, top-p off, no grammar: nothing holds the
+#    reply to the cited form, and a distribution that flat makes the draws close to noise.
 # 4. **A name the model cannot copy.** *"How many legs does a kimbrel have?"* The store
 #    answers it, but the made-up names tinychat learned to copy in training were built from
-#    other syllables than "kimbrel", and it tends to write a name of its own. The grammar
-#    still gives the reply the cited form; grounding compares its sentence with the passage.
+#    other syllables than "kimbrel", and it writes some other name in its place. The grammar
+#    keeps the reply in the cited form; grounding compares its sentence with the passage.
 
 # %%
 empty = pack(question, [])
 tight = empty.prompt_tokens + RESERVE + MARGIN + 1  # room for the question, not for one passage
 failing = {
     "small window": serve(question, window=tight, request_id="req-4"),
-    "low cap": serve(question, params=SamplingParams(temperature=0.7, top_p=0.9, seed=7, max_new_tokens=2),
+    "low cap": serve(question, params=SamplingParams(temperature=0.7, top_p=0.9, seed=0, max_new_tokens=2),
                      request_id="req-5"),
-    "hot sampler": serve(question, params=SamplingParams(temperature=3.0, seed=3, max_new_tokens=RESERVE),
+    "hot sampler": serve(question, params=SamplingParams(temperature=5.0, seed=0, max_new_tokens=RESERVE),
                          guided=False, request_id="req-6"),
     "unseen name": serve("How many legs does a kimbrel have?", request_id="req-7"),
 }
