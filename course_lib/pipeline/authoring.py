@@ -51,6 +51,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from course_lib.pipeline import python_ast
 from course_lib.pipeline.notebook_io import write_notebook
 
 KINDS = ("markdown", "code", "setup", "checks", "solution", "tests", "written")
@@ -326,7 +327,7 @@ def check_hidden_tests(authoring_file: Path, hidden_file: Path) -> None:
     names = exercises(parse(Path(authoring_file).read_text(encoding="utf-8"), origin=str(authoring_file)))
     if not hidden_file.is_file():
         raise AuthoringError(f"{authoring_file}: its hidden tests belong in {hidden_file}, which is missing")
-    tree = ast.parse(hidden_file.read_text(encoding="utf-8"), filename=str(hidden_file))
+    tree = python_ast.parse(hidden_file.read_text(encoding="utf-8"), filename=str(hidden_file))
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     missing = [name for name in names if name not in defined]
     if missing:

@@ -19,14 +19,16 @@ import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
+from course_lib.pipeline import python_ast
+
 
 def _raising(qualified: str) -> list[ast.stmt]:
     message = f"the course_lib reference `{qualified}` is not available while grading: use your own answer"
-    return ast.parse(f"raise NotImplementedError({message!r})").body
+    return python_ast.parse(f"raise NotImplementedError({message!r})").body
 
 
 def _stub_function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualified: str) -> None:
-    node.args = ast.parse("def f(*args, **kwargs): pass").body[0].args
+    node.args = python_ast.parse("def f(*args, **kwargs): pass").body[0].args
     node.body = _raising(qualified)
     node.decorator_list = [d for d in node.decorator_list
                            if isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")]
@@ -35,7 +37,7 @@ def _stub_function(node: ast.FunctionDef | ast.AsyncFunctionDef, qualified: str)
 
 def stub_source(source: str, names: set[str], module: str) -> str:
     """``source`` with the top-level functions / classes in ``names`` turned into stubs."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     found = set()
     for node in tree.body:
         if getattr(node, "name", None) not in names:
@@ -49,14 +51,14 @@ def stub_source(source: str, names: set[str], module: str) -> str:
             # that raises, so the class cannot even be built; every method raises too.
             node.decorator_list = []
             if not any(getattr(item, "name", "") == "__init__" for item in node.body):
-                node.body.insert(0, ast.parse("def __init__(self):\n    pass").body[0])
+                node.body.insert(0, python_ast.parse("def __init__(self):\n    pass").body[0])
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     _stub_function(item, qualified)
     missing = names - found
     if missing:
         raise ValueError(f"{module} defines no top-level {', '.join(sorted(missing))} to stub")
-    return ast.unparse(tree)
+    return python_ast.unparse(tree)
 
 
 def write_stubs(references: list[str], folder: Path) -> dict[Path, Path]:
