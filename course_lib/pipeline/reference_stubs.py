@@ -58,7 +58,7 @@ def stub_source(source: str, names: set[str], module: str) -> str:
     missing = names - found
     if missing:
         raise ValueError(f"{module} defines no top-level {', '.join(sorted(missing))} to stub")
-    return python_ast.unparse(tree)
+    return ast.unparse(tree)
 
 
 def write_stubs(references: list[str], folder: Path) -> dict[Path, Path]:
