@@ -108,11 +108,30 @@ def seen_in_training(conversations: Sequence[Conversation], training: Sequence[C
     return {task: sum(flags) / len(flags) for task, flags in seen.items()}
 
 
-def format_table(results: dict[float, dict[str, float]], seen: dict[str, float] | None = None) -> str:
-    """The accuracy table, one row per task, one column per decoding setting."""
+def distinct_questions(conversations: Sequence[Conversation]) -> dict[str, int]:
+    """Per task, how many different questions its held-out conversations ask.
+
+    A task's accuracy is over conversations, and a generator with few phrasings asks some
+    questions many times (the fact task asks about 21 facts in 200 conversations), so one
+    question answered wrongly can move a score by several points: the resolution of a score is
+    its question count, not its conversation count.
+
+    >>> distinct_questions(heldout_split(200))["extraction"]
+    200
+    """
+    asked: dict[str, set[str]] = {}
+    for convo in conversations:
+        asked.setdefault(convo.task, set()).add(_question(convo))
+    return {task: len(questions) for task, questions in asked.items()}
+
+
+def format_table(results: dict[float, dict[str, float]], seen: dict[str, float] | None = None,
+                 questions: dict[str, int] | None = None) -> str:
+    """The accuracy table, one row per task, one column per decoding setting; then, when given,
+    each task's distinct questions and the share of them seen in training."""
     temps = list(results)
     names = ["greedy" if t == 0 else f"T={t:g}" for t in temps]
-    extra = f" {'in train':>8}" if seen else ""
+    extra = (f" {'questions':>9}" if questions else "") + (f" {'in train':>8}" if seen else "")
     header = f"{'task':<11} {'metric':<24} " + " ".join(f"{n:>7}" for n in names)
     lines = [header + f" {'target':>7}  {'greedy':<6}" + extra]
     for task in TASKS:
@@ -122,7 +141,8 @@ def format_table(results: dict[float, dict[str, float]], seen: dict[str, float] 
         cells = " ".join(f"{results[t][task]:>7.1%}" for t in temps)
         verdict = "" if target is None else ("pass" if results[temps[0]][task] >= target else "MISS")
         target_text = "-" if target is None else f">={target:.0%}"
-        tail = f" {seen[task]:>8.0%}" if seen and task in seen else ""
+        tail = (f" {questions.get(task, 0):>9}" if questions else "") + (
+            f" {seen[task]:>8.0%}" if seen and task in seen else "")
         lines.append(f"{task:<11} {metric:<24} {cells} {target_text:>7}  {verdict:<6}{tail}".rstrip())
     return "\n".join(lines)
 
@@ -179,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     seen = _seen_in_shipped_training(args.model_dir, conversations)
     print(f"held-out split: seed {HELDOUT_SEED}, {args.per_task} conversations per task; "
           f"sampling seed {args.seed}; device {device}")
-    print(format_table(results, seen))
+    print(format_table(results, seen, distinct_questions(conversations)))
     grounded = format_grounded(conversations, replies[min(replies)])
     if grounded:
         print(grounded)
+    print("questions: the distinct questions among a task's conversations (one missed question asked n times "
+          "costs n of them)")
     if seen:
         print("in train: share of held-out questions that the training corpus also asks, word for word")
     missed = missed_targets(results)

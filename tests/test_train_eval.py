@@ -312,6 +312,17 @@ def test_table_and_targets():
     assert line.endswith("MISS")
     with_seen = ev.format_table(results, {"arithmetic": 0.3, "extraction": 0.0})
     assert "in train" in with_seen and with_seen.splitlines()[1].endswith("30%")
+    with_both = ev.format_table(results, {"arithmetic": 0.3}, {"arithmetic": 185, "extraction": 200})
+    assert with_both.splitlines()[0].endswith("questions in train")
+    assert with_both.splitlines()[1].endswith("185      30%")
+
+
+def test_distinct_questions_counts_repeats_once():
+    held = heldout_split(200)
+    counts = ev.distinct_questions(held)
+    assert counts["extraction"] == 200 and counts["grounded"] == 200  # every record, every passage block differs
+    assert counts["fact"] < 50  # a small table of known facts, asked many times over
+    assert counts == ev.distinct_questions(held + held)
 
 
 # ---------------------------------------------------------------- the shipped model
