@@ -32,7 +32,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields as dataclass_fields
+from dataclasses import asdict, dataclass, field, fields as dataclass_fields, replace
 from pathlib import Path
 
 import torch
@@ -107,6 +107,11 @@ class TrainSettings:
     lr: float = 3e-3  # peak learning rate (AdamW), reached after `warmup` steps
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * min_lr_ratio
     warmup: int = 100  # linear warm-up steps
+    # Start the schedule again at this step: from it on, a new warm-up to `lr` and a cosine over
+    # the remaining steps, as if a new run began there (the steps before it keep the whole run's
+    # schedule). Set where a lead ends, the main phase learns the other tasks at the full learning
+    # rate, as a run without a lead does (the README measures what that buys). 0: one schedule.
+    lr_restart_step: int = 0
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # max global gradient norm
     overrides: dict = field(default_factory=dict)  # ModelConfig fields to change (tests, experiments)
@@ -118,6 +123,8 @@ class TrainSettings:
             raise ValueError(f"split_pattern must be one of {sorted(PATTERNS)}, got {self.split_pattern!r}")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup < 0:
             raise ValueError("lr must be > 0, min_lr_ratio in [0, 1] and warmup >= 0")
+        if not 0 <= self.lr_restart_step < self.steps:
+            raise ValueError(f"lr_restart_step must be in [0, steps={self.steps}), got {self.lr_restart_step!r}")
         if not 0 <= self.finish_steps <= self.steps:
             raise ValueError(f"finish_steps must be in [0, steps={self.steps}], got {self.finish_steps!r}")
         if not 0 <= self.lead_steps <= self.steps - self.finish_steps:
@@ -325,12 +332,19 @@ def _phases(*phases):
 
 
 def learning_rate(step: int, settings: TrainSettings) -> float:
-    """Linear warm-up, then cosine decay to lr * min_lr_ratio.
+    """Linear warm-up, then cosine decay to lr * min_lr_ratio; from ``settings.lr_restart_step``
+    on (when set), the same shape again over the steps that remain.
 
     >>> s = TrainSettings(steps=101, warmup=10, lr=1.0, min_lr_ratio=0.0)
     >>> [round(learning_rate(i, s), 3) for i in (0, 9, 55, 100)]
     [0.1, 1.0, 0.5, 0.0]
+    >>> r = TrainSettings(steps=201, warmup=10, lr=1.0, min_lr_ratio=0.0, lr_restart_step=100)
+    >>> [round(learning_rate(i, r), 3) for i in (99, 100, 109, 155, 200)]
+    [0.55, 0.1, 1.0, 0.5, 0.0]
     """
+    if settings.lr_restart_step and step >= settings.lr_restart_step:
+        rest = replace(settings, steps=settings.steps - settings.lr_restart_step, lr_restart_step=0)
+        return learning_rate(step - settings.lr_restart_step, rest)
     if step < settings.warmup:
         return settings.lr * (step + 1) / settings.warmup
     span = max(settings.steps - 1 - settings.warmup, 1)
@@ -475,7 +489,8 @@ def save_artifacts(result: TrainResult, directory: str | Path) -> Path:
 
 _OPTIONS = ("vocab_size", "split_pattern", "tokenizer", "conversations", "absent_twins", "lead_steps",
             "lead_grounded_share", "main_grounded_share", "finish_steps", "finish_grounded_share",
-            "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup")
+            "decision_weight", "question_copy_weight", "seed", "steps", "batch_size", "lr", "warmup",
+            "lr_restart_step")
 # The options whose default is None: their command-line type and what None does (the others
 # take their default's type and show it).
 _NONE_DEFAULTS = {"tokenizer": (str, "learn one"), "main_grounded_share": (float, "the corpus as drawn")}

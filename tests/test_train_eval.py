@@ -183,11 +183,23 @@ def test_learning_rate_schedule():
     assert all(a >= b for a, b in zip(lrs[20:], lrs[21:])) and lrs[-1] == pytest.approx(1e-4)
 
 
+def test_a_restarted_schedule_is_a_fresh_run_of_the_remaining_steps():
+    s = TrainSettings(steps=300, warmup=20, lr=1e-3, min_lr_ratio=0.1, lr_restart_step=100)
+    whole = TrainSettings(steps=300, warmup=20, lr=1e-3, min_lr_ratio=0.1)
+    rest = TrainSettings(steps=200, warmup=20, lr=1e-3, min_lr_ratio=0.1)
+    assert [learning_rate(i, s) for i in range(100)] == [learning_rate(i, whole) for i in range(100)]
+    assert [learning_rate(i, s) for i in range(100, 300)] == [learning_rate(i, rest) for i in range(200)]
+    assert learning_rate(100, s) < learning_rate(99, s) < learning_rate(119, s) == pytest.approx(1e-3)
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="steps"):
         TrainSettings(steps=0)
     with pytest.raises(ValueError, match="lr"):
         TrainSettings(lr=-1.0)
+    for step in (-1, 6000):
+        with pytest.raises(ValueError, match=r"lr_restart_step must be in \[0, steps=6000\)"):
+            TrainSettings(lr_restart_step=step)
 
 
 def test_set_changes_the_model_geometry_and_refuses_what_cannot_be_built():
