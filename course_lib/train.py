@@ -109,8 +109,8 @@ class TrainSettings:
     warmup: int = 100  # linear warm-up steps
     # Start the schedule again at this step: from it on, a new warm-up to `lr` and a cosine over
     # the remaining steps, as if a new run began there (the steps before it keep the whole run's
-    # schedule). Set where a lead ends, the main phase learns the other tasks at the full learning
-    # rate, as a run without a lead does (the README measures what that buys). 0: one schedule.
+    # schedule). Set where a lead ends, it lets the main phase learn the other tasks at the full
+    # learning rate, as a run without a lead does (the README measures what that buys). 0: one schedule.
     lr_restart_step: int = 0
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # max global gradient norm
@@ -343,7 +343,9 @@ def learning_rate(step: int, settings: TrainSettings) -> float:
     [0.55, 0.1, 1.0, 0.5, 0.0]
     """
     if settings.lr_restart_step and step >= settings.lr_restart_step:
-        rest = replace(settings, steps=settings.steps - settings.lr_restart_step, lr_restart_step=0)
+        # the remaining steps as a run of their own (its phases do not bear on the schedule)
+        rest = replace(settings, steps=settings.steps - settings.lr_restart_step, lr_restart_step=0,
+                       lead_steps=0, finish_steps=0)
         return learning_rate(step - settings.lr_restart_step, rest)
     if step < settings.warmup:
         return settings.lr * (step + 1) / settings.warmup

@@ -190,6 +190,8 @@ def test_a_restarted_schedule_is_a_fresh_run_of_the_remaining_steps():
     assert [learning_rate(i, s) for i in range(100)] == [learning_rate(i, whole) for i in range(100)]
     assert [learning_rate(i, s) for i in range(100, 300)] == [learning_rate(i, rest) for i in range(200)]
     assert learning_rate(100, s) < learning_rate(99, s) < learning_rate(119, s) == pytest.approx(1e-3)
+    late = TrainSettings(steps=300, warmup=10, lead_steps=100, lr_restart_step=250)  # fewer steps left than the lead
+    assert learning_rate(299, late) < learning_rate(259, late) == pytest.approx(late.lr)
 
 
 def test_bad_settings_are_refused():
