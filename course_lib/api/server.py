@@ -13,7 +13,7 @@ In-process, for tests and notebooks:
 ...     reply = client.post("/v1/chat/completions", json={"model": "tinychat", "temperature": 0,
 ...         "messages": [{"role": "user", "content": "What is 2 + 2? Answer in a sentence."}]}).json()
 >>> reply["choices"][0]["message"]["content"], reply["choices"][0]["finish_reason"]
-('2 + 2 = 4.', 'stop')
+('The answer is 4.', 'stop')
 
 The chat page with the request X-ray is at ``GET /`` (``course_lib.xray``; its data at ``GET
 /course/xray/{completion_id}`` and ``GET /course/pool``). Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``,

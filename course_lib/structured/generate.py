@@ -6,8 +6,8 @@
     ...           "required": ["answer"], "additionalProperties": False}
     >>> result = generate_structured(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}],
     ...                              schema=schema, params=SamplingParams(temperature=0, max_new_tokens=24))
-    >>> result.finish_reason, result.text      # unconstrained, tinychat says "2 + 3 = 5."
-    ('stop', '{"answer": 353 }')
+    >>> result.finish_reason, result.text      # unconstrained, tinychat says "The answer is 5."
+    ('stop', '{"answer": 32}')
 
 The mask is one more logits processor (``course_lib.sampling.process_logits``): after the
 penalties, before temperature and the top-k / top-p / min-p filters, so those filters choose

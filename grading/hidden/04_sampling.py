@@ -539,18 +539,19 @@ def generate_text(learner, check):
          "greedy (T = 0) takes the argmax each step; <|end|> ends it with finish reason 'stop', left out of the text"),
         ("What is 7 + 7?", dict(max_new_tokens=3, temperature=0),
          "max_new_tokens reached without a stop: the whole text and finish reason 'length'"),
-        # Greedy says "The answer is 14.": both stops arrive with " answer", and "ans" starts first.
-        ("What is 7 + 7?", dict(max_new_tokens=16, temperature=0, stop=("swer", "ans")),
+        # Greedy says "The answer is 5.": both stops arrive with " answer", and "ans" starts first.
+        ("What is 2 + 3?", dict(max_new_tokens=16, temperature=0, stop=("swer", "ans")),
          "a stop string cuts the text before the earliest one, finish reason 'stop'"),
-        # Greedy would say "The answer is 14."; at T = 2 the nucleus holds more than that first
-        # token, and with seed 1 a loop that cuts the nucleus before scaling samples another reply.
+        # Greedy says "fourteen" ("four" holds 60% of the first step); at T = 2 the nucleus holds
+        # more than that first token, and with seed 1 a loop that cuts the nucleus before scaling
+        # (leaving "four" alone) writes another reply.
         ("What is 7 + 7?", dict(max_new_tokens=10, temperature=2.0, top_p=0.5, seed=1),
          "seeded sampling: temperature, then top-p, softmax, one uniform per step by inverse CDF"),
         ("What is 2 + 2?", dict(max_new_tokens=10, temperature=1.0, seed=0),
          "seeded sampling: one uniform per step by inverse CDF"),
         # A prompt the model is unsure about at this temperature, so a loop that reseeds its
         # generator every step (the same uniform each time) writes other tokens.
-        ("Tell me about cats.", dict(max_new_tokens=10, temperature=1.5, top_k=20, seed=4),
+        ("Write a poem.", dict(max_new_tokens=10, temperature=1.5, top_k=20, seed=0),
          "seeded sampling: one generator per call, temperature, then top-k, one uniform per step by inverse CDF"),
         ("Tell me about cats.", dict(max_new_tokens=10, temperature=0.8, top_k=40, top_p=0.9, seed=11),
          "seeded sampling with top-k and top-p together, applied in that order"),

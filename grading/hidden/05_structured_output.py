@@ -405,11 +405,17 @@ def constrained_decode(learner, check):
                    lambda out: out["token_ids"][-1] == end_id and "<|end|>" not in out["text"]
                    and tokenizer.decode(out["token_ids"][:-1]) == out["text"],
                    "token_ids ends with the end token; text is the decoded tokens before it")
-    for seed, knobs in ((0, {"temperature": 1.5}), (3, {"temperature": 1.5}), (4, {"temperature": 1.0, "top_p": 0.8})):
+    # Seeded draws on requests the model is unsure of, where a prompt without the assistant's
+    # opening (or a generator seeded anew) draws other tokens.
+    family = "Extract the booking as JSON: a table tonight for my family."
+    seeded = (("Nakamura", vague, 0, {"temperature": 1.5}), ("Nakamura", vague, 1, {"temperature": 1.5}),
+              ("Nakamura", vague, 4, {"temperature": 1.0, "top_p": 0.8}), ("a family", family, 0, {"temperature": 1.5}))
+    for name, text, seed, knobs in seeded:
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items())
-        check.equal(f"seed {seed}, {shown}: the same tokens as the grader's seeded loop (from the prompt "
-                    "encode_chat(tokenizer, messages) gives; one generator, one draw per step)", lambda: run(_ask(vague), BOOKING, {**knobs, "max_new_tokens": 80}, seed)["token_ids"],
-                    course_decode(model, tokenizer, _ask(vague), guides["booking"], knobs["temperature"], 80, seed,
+        check.equal(f"{name}, seed {seed}, {shown}: the same tokens as the grader's seeded loop (from "
+                    "the prompt encode_chat(tokenizer, messages) gives; one generator, one draw per step)",
+                    lambda: run(_ask(text), BOOKING, {**knobs, "max_new_tokens": 80}, seed)["token_ids"],
+                    course_decode(model, tokenizer, _ask(text), guides["booking"], knobs["temperature"], 80, seed,
                                   top_p=knobs.get("top_p", 1.0))["token_ids"])
     # A budget that ends exactly on a complete object: every greedy token but the end token.
     whole = course_decode(model, tokenizer, _ask(hot), guides["booking"], 0, 80, 0)
