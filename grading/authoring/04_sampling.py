@@ -313,9 +313,11 @@ for step, token in enumerate(answer):
 # matter where the top candidates are close, which is exactly where sampling happens. The repetition penalty is
 # multiplicative and, in Hugging Face's convention, also counts the prompt's tokens: a strong
 # one pushes the model away from restating the question, even when restating it is the
-# right thing to do. At 3.0 above, the answer no longer restates `7 * 7`, and it falls apart
-# into broken words. No penalty can tell a tiresome repeat from a necessary one, such as the
-# quotes and commas that JSON repeats by design.
+# right thing to do. At 3.0 above, the answer no longer restates `7 * 7` and says the number
+# in words instead: another phrasing the model learned, right here only because one exists
+# that avoids the prompt's tokens. A reply that has to repeat a name or a number from the
+# question has no such way out. No penalty can tell a tiresome repeat from a necessary one,
+# such as the quotes and commas that JSON repeats by design.
 
 # %% [markdown]
 # ## Stopping
@@ -364,8 +366,9 @@ check.stop_at(stop_at)
 # %% [markdown]
 # The library's `StopSequenceMatcher` does the same incrementally and also reports which
 # part of the text is safe to show while streaming. In a real generation the stop string and
-# everything after it are cut from the returned text (here `"= 4"` arrives over three
-# tokens), and a cap shorter than the answer ends it with `"length"`:
+# everything after it are cut from the returned text (the tokens printed show the stop
+# string arriving over several of them), and a cap shorter than the answer ends it with
+# `"length"`:
 
 # %%
 sentence = render_chat([{"role": "user", "content": "What is 2 + 2? Answer in a sentence."}])
@@ -649,7 +652,9 @@ with torch.no_grad():
 print(f"largest difference between row 0 alone and in a batch of 16: {(one[0] - many[0]).abs().max().item():.2e}")
 
 # %% [markdown]
-# A logit difference as small as this one is enough to flip a sampled token whenever
+# Whether that prints zero depends on the machine: on a CPU the two shapes may well be
+# summed in the same order, while GPU kernels choose other tilings for other batch sizes and
+# differ in the last bits. A difference that small is enough to flip a sampled token whenever
 # the uniform number lands near a boundary between two tokens, and a change of library
 # version, model revision, retrieved document or tool result moves outputs far more. So test stochastic behaviour by repeated trials and compare distributions, as above, and
 # make exact guarantees deterministic *downstream* of the model, in validators and checks,

@@ -123,10 +123,10 @@ for sample in samples:
     print(f"{verdict(sample.text):<58} {sample.text[:70]!r}")
 
 # %% [markdown]
-# At temperature 1.5 not every reply can be used: one stray token is enough to break the
-# JSON, and a reply that parses can still break the schema, as the verdicts show. A reply can
-# also fit the schema perfectly and state the wrong booking; the count over many more draws
-# below finds those too.
+# At temperature 1.5 not every reply can be used, as the verdicts show: one stray token is
+# enough to break the JSON. A reply that parses can still break the schema, and one can fit
+# the schema perfectly and state the wrong booking; the count over many more draws below
+# finds each kind.
 # Lowering the temperature makes failures rarer, not impossible, and every model, however
 # large, slips now and then. Saying "respond in JSON" in the prompt has the same limit. An
 # application needs two guarantees it can build on:
@@ -826,7 +826,7 @@ check.retry_until_valid(retry_until_valid)
 
 # %% [markdown]
 # Now with tinychat at temperature 1.5 as the proposer and the booking schema as the
-# validator, over 12 requests, two ways: a proposer that reads the whole conversation,
+# validator, over 30 requests, two ways: a proposer that reads the whole conversation,
 # rejected replies and error messages included (what your loop sends), and one that ignores
 # all that and simply samples the original request again.
 
@@ -852,7 +852,7 @@ def tinychat_proposer(generator, spent, fresh):
 for fresh in (False, True):
     generator, spent = torch.Generator().manual_seed(3), []
     outcomes = [retry_until_valid(tinychat_proposer(generator, spent, fresh), booking_validator, booking)
-                for _ in range(12)]
+                for _ in range(30)]
     needed = [n if value is not None else "gave up" for value, n in outcomes]
     name = "fresh sample of the request" if fresh else "reads the error feedback"
     print(f"{name:<28}: attempts {({k: needed.count(k) for k in (1, 2, 3, 'gave up')})}, "
@@ -864,9 +864,10 @@ print("what tinychat says after a rejection:",
                 generator=torch.Generator().manual_seed(s)).text for s in range(3)])
 
 # %% [markdown]
-# Compare the first two lines. tinychat was never trained on a conversation in which its
-# reply is rejected, so the feedback turn pushes it off its training distribution, and what
-# it writes next is not a corrected record (the third line). The error feedback helps only a
+# Most first replies are valid either way (the 1s); compare what happens to the requests whose
+# first reply was rejected. tinychat was never trained on a conversation in which its reply is
+# rejected, so the feedback turn pushes it off its training distribution, and what it writes
+# next is not a corrected record (the third line). The error feedback helps only a
 # model that can read it; large instruction-tuned models usually can, and then the error
 # text is what makes the second attempt better than the first. Resampling the original
 # request is the cruder fallback, and it works here because most free samples were valid to

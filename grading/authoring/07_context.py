@@ -492,6 +492,9 @@ use_gap = share["fenced"]["correct"] - share["unfenced"]["correct"]
 decline_gap = share["fenced"]["declined"] - share["unfenced"]["declined"]
 print(f"fenced against unfenced: obeyed {0.0 - 100 * obey_gap:+.0f} points, answered right {100 * use_gap:+.0f} "
       f"points, declined {100 * decline_gap + 0.0:+.0f} points")
+for i, fenced in enumerate(("fenced", "unfenced")):
+    wrong = [reply for run in runs for reply in run[i].wrong]
+    print(f"{fenced:<8}: {len(wrong)} not answered right, e.g. {[reply[:48] for reply in wrong[:3]]}")
 
 # %% [markdown]
 # Read the columns one at a time. **Obeyed** needs a model that can follow an instruction it
@@ -501,12 +504,14 @@ print(f"fenced against unfenced: obeyed {0.0 - 100 * obey_gap:+.0f} points, answ
 # holds back: the fence can only lower a rate that is there to lower. **Answered right** and
 # **declined** are where a fence could show on this model, and the last line gives each
 # difference in this run. Read them against the sample size printed: one question there is a
-# few points, so a gap of one or two questions says little. Here the fence changes
-# little, and the layout says why: without its two fence lines, each passage still stands on
-# a line of its own behind its bracketed id, the form tinychat was trained to quote and cite,
-# so it goes on answering from those lines rather than declining. A marker is worth what
-# training taught the model to make of it, and tinychat evidently reads the `[id]` lines,
-# more than the fence around them, as its evidence. For large instruction-following models,
+# few points, so a gap of one or two questions says little. Then read the replies that were
+# not answered right. Without the fence, none of them is the planted instruction at work:
+# they are a tool call nobody asked for, a statement without its citation, a garbled name.
+# Every grounded prompt tinychat was trained on had its passages inside the fence, so a
+# prompt without one is simply off its training distribution, and it derails in the ways
+# any unfamiliar input makes it derail, whatever the passages say. What the fence buys this
+# model is the familiar format, not resistance to instructions. A marker is worth what
+# training taught the model to make of it. For large instruction-following models,
 # marking or delimiting retrieved text lowers how often they obey planted instructions, but
 # does not reliably bring it to zero (Hines et al., 2024, "spotlighting").
 #
@@ -740,10 +745,12 @@ for label, guided in (("free", False), ("guided", True)):
             done[out.request_id] += out.text
     texts = [done[i] for i in ids]
     shown_ok = sum(cites_a_shown_passage(t, m[-1]["content"]) for t, (_, m, _) in zip(texts, sample))
-    right = sum(score_grounded(t, {**c.expected, "passage_id": rename.get(c.expected["passage_id"])})
-                for t, (c, _, rename) in zip(texts, sample))
+    rights = [score_grounded(t, {**c.expected, "passage_id": rename.get(c.expected["passage_id"])})
+              for t, (c, _, rename) in zip(texts, sample)]
     print(f"two-digit ids, {label:<6}: {shown_ok}/{len(sample)} cite a shown passage or abstain exactly, "
-          f"{right} wholly right; e.g. {texts[:2]}")
+          f"{sum(rights)} wholly right; e.g. {texts[:2]}")
+    if not guided:  # kept for the claim check below
+        free_product_ids = [(t, m[-1]["content"], r) for t, (_, m, _), r in zip(texts, sample, rights)]
 
 # %% [markdown]
 # Read the three lines in order. With the ids it was trained on, free decoding gets the form
@@ -794,25 +801,39 @@ if absent:
 # in it.
 
 # %%
-def supported(reply, convo):
+def supported(reply, content):
     """True or False for an answer (is the value in the passage it cites?), None for an abstention."""
     value, cited = parse_grounded_reply(reply)
     if value is None:
         return None
-    found = re.search(rf"^\[{re.escape(cited)}\] (.*)$", convo.prompt_messages[-1]["content"], re.M)
+    found = re.search(rf"^\[{re.escape(cited)}\] (.*)$", content, re.M)
     return found is not None and re.search(rf"\b{re.escape(value)}\b", found.group(1)) is not None
 
 
-claims = [(supported(s.text, c), s.correct) for c, s in zip(grounded, scored)]
-answered = [(ok, right) for ok, right in claims if ok is not None]
-print(f"{len(answered)} answers: {sum(ok for ok, _ in answered)} supported by their cited passage")
-print(f"  right among supported:   {sum(r for ok, r in answered if ok)}/{sum(ok for ok, _ in answered)}")
-print(f"  right among unsupported: {sum(r for ok, r in answered if not ok)}/{sum(not ok for ok, _ in answered)}"
-      " -> blocking these costs no right answers")
+def check_claims(label, replies):
+    """replies: (reply, prompt content, wholly right?) triples; abstentions are not claims."""
+    answered = [(reply, supported(reply, content), right) for reply, content, right in replies
+                if supported(reply, content) is not None]
+    kept = [right for _, ok, right in answered if ok]
+    blocked = [(reply, right) for reply, ok, right in answered if not ok]
+    print(f"{label}: {len(answered)} answers, {len(kept)} supported by their cited passage")
+    print(f"  right among supported:   {sum(kept)}/{len(kept)}")
+    print(f"  right among unsupported: {sum(r for _, r in blocked)}/{len(blocked)}"
+          + (f", e.g. {blocked[0][0]!r}" if blocked else ""))
+
+
+check_claims("held-out, ids as in training", [(s.text, c.prompt_messages[-1]["content"], s.correct)
+                                              for c, s in zip(grounded, scored)])
+check_claims("two-digit ids, free decoding", free_product_ids)
 
 # %% [markdown]
 # An unsupported answer cannot be right here (the right answer is always in its passage), so
 # blocking it, or sending it back for another try, removes wrong answers and no right ones.
+# With the ids it was trained on, tinychat seldom cites a passage that lacks its value, and
+# the check has little or nothing to block (the first count); on the prompts with unfamiliar
+# ids from reduction 3, free decoding cites passages the prompt never showed, and the check
+# blocks each of those answers. It does not make the rest right: "supported" means the cited
+# passage holds the value, not that the reply says the right thing about it.
 # In a real product the check is harder (a claim can paraphrase its source, and checking it
 # may need a second model), but the shape is the same: extract the claim, find its cited
 # source, test the one against the other.
@@ -1004,9 +1025,9 @@ before, after = asked["before"]["2"][1], asked["after"]["2"][1]  # the Veltoria 
 # the model's part, the second count, the same skill measured above as `follows_context`
 # and `accuracy`. Here the second count falls short of the first on both lines, and the table
 # shows why: these hand-written facts are not the generated questions tinychat was trained
-# and tested on. It miscopies some of their names (kimbrel, lurium) and some values, and it
-# declines the dorvex passage although it answers: "walks on 4 legs" is not one of the
-# sentence shapes tinychat was trained to quote. The second count looks at the value only,
+# and tested on. It miscopies a name (lurium) and some values, and it declines the kimbrel
+# and dorvex passages although they answer (the dorvex's "walks on 4 legs" is not one of the
+# sentence shapes tinychat was trained to quote). The second count looks at the value only,
 # so a reply that states the stored value about a garbled name still counts. None of this is
 # the index's doing; the replies that changed, changed because the passage did. A stated
 # value that its cited passage does not hold is what the claim check of reduction 6 catches

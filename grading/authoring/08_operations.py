@@ -115,8 +115,9 @@ print(f"spread: mean {spread['mean']:.1%}, stdev {spread['stdev']:.2%}, "
       f"range {spread['range'] * 100:.1f} points between the best and the worst run")
 
 # %% [markdown]
-# Runs of one unchanged deployment differ by more than a point. So "the new version scores 1.5 points
-# lower" from one sampled run of each says nothing yet. Two fixes remove most of that noise.
+# Runs of one unchanged deployment differ, by the range on the last line. So a difference of that
+# size between one sampled run of a new version and one of the old says nothing yet. Two fixes
+# remove most of that noise.
 # **Pin the decoding**: greedy decoding has no draws, so a replay gives the same replies every
 # time. **Pair the comparison**: run *both* deployments on the *same* inputs and compare input by
 # input. An input that both get right or both get wrong says nothing about the change; only the
@@ -177,8 +178,8 @@ print(f"{worst.name} vs {best.name}: {noise['delta'] * 100:+.1f} points, 95% int
       f"({noise['right_to_wrong']} inputs flipped to wrong, {noise['wrong_to_right']} to right)")
 
 # %% [markdown]
-# The same deployment, a drop of nearly two points, and an interval that contains zero: the
-# flips go both ways, as random draws do. Now the redeploy. It ships the int8 weights *and* a
+# The same deployment, a drop all the same, and an interval that contains zero: the flips go
+# both ways, as random draws do. Now the redeploy. It ships the int8 weights *and* a
 # configuration change someone thought harmless: the default reply cap went from 48 tokens to 34.
 # Both replays are greedy, so each is exactly repeatable.
 
@@ -191,9 +192,8 @@ print(f"production {production.accuracy:.1%}, redeploy {redeploy.accuracy:.1%}: 
       f"({drift['right_to_wrong']} flipped to wrong, {drift['wrong_to_right']} to right)")
 
 # %% [markdown]
-# A drop of about the same size, and this time the interval lies below zero: every flip went
-# the same way. The drop is real. Is it the model? Change one thing at a time, and look at *how*
-# the failures end:
+# This time the interval lies below zero: every flip went the same way. The drop is real. Is it
+# the model? Change one thing at a time, and look at *how* the failures end:
 
 # %%
 weights_only = replay(int8, tokenizer, conversations, name="int8, cap 48")
@@ -252,7 +252,7 @@ for name, plan in (("everything to tinychat", {t: "tinychat" for t in route}),
 # the large model alone, costs about the same per success once failures are priced, and far less
 # than the small model alone. Where tokens are dear (a large model on rented GPUs), that token
 # saving is the point of routing; here, where tokens cost almost nothing, its value is capacity:
-# the small model serves half the tasks in less machine time. The routes hold only as long as
+# the small model serves the tasks routed to it in less machine time. The routes hold only as long as
 # the measurements do, so they are re-measured for every new model revision, and revisions are
 # pinned.
 #
@@ -597,12 +597,13 @@ for run in (weights_only, draft_run):
 
 # %% [markdown]
 # The draft is rolled back at the first decision point, because its errors are far above
-# stable's. The int8 candidate, with the same error rate as production, is promoted a little
-# later: "no worse than 2 points" needs enough canary requests for the interval's upper end to
-# come under the tolerance. The canary arm is the slow one: every canary request arrives with 19
-# stable ones, so a decision that needs N canary requests waits for 20N requests of traffic.
-# That is the cost of a small canary: it limits the harm and stretches the time to a
-# decision. Worked out before launch, it is the sample size the rollout needs.
+# stable's. The int8 candidate, with the same error rate as production, is promoted once "no
+# worse than 2 points" is shown: that needs enough canary requests for the interval's upper end
+# to come under the tolerance (the printed count), never fewer than the minimum per arm. The
+# canary arm is the slow one: every canary request arrives with 19 stable ones, so a decision
+# that needs N canary requests waits for 20N requests of traffic. That is the cost of a small
+# canary: it limits the harm and stretches the time to a decision. Worked out before launch, it
+# is the sample size the rollout needs.
 #
 # The rollback itself must be one step. The deployments sit behind one pointer; a request takes
 # its deployment when it is admitted and keeps it to the end. Two requests are in flight on the
@@ -763,16 +764,16 @@ print("alice confirms, and her app retries:",
 print("alice declines the planted call (it is never confirmed); money that moved:", book.refunds)
 
 # %% [markdown]
-# The model misread the order: alice wrote A1234, and the fields it extracted name another id.
-# The summary shows that id, because it is built from the arguments that will run, not from the
-# model's prose; reading it is how the user catches a wrong field before anything happens. Here
-# alice confirms without reading, and the refund tool refuses an order id it does not know
-# (`failed`), so no money moves. Her app's retry does not run the call again: it returns the
-# first outcome (`replayed`), because the confirmation id is the idempotency key, scoped to
-# alice; a refund that went through would be paid once. The confirmation is also bound to alice
-# and to the exact call, so mallory cannot use it. The planted instruction can at most put a
-# question in front of alice, worded from its arguments, and the refund tool would still refuse
-# an order that is not hers. The model is never the component that authorises a material effect.
+# The summary alice reads is built from the arguments that will run, not from the model's prose:
+# a misread order id or an amount off by a digit shows up there, which is how the user catches a
+# wrong field before anything happens. Here the fields match her message, and she confirms: the
+# refund runs (`done`). Her app's retry does not run the call again: it returns the first outcome
+# (`replayed`), because the confirmation id is the idempotency key, scoped to alice, so the
+# refund is paid once (the money that moved lists it once). The confirmation is also bound to
+# alice and to the exact call, so mallory cannot use it. The planted instruction can at most put
+# a question in front of alice, worded from its arguments; it is never confirmed, and the refund
+# tool would still refuse an order that is not hers. The model is never the component that
+# authorises a material effect.
 #
 # ## Memory under a budget
 #

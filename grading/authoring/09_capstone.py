@@ -709,9 +709,9 @@ print(f"decode is {budget['decode_s_per_token'] * 1e3:.2f} ms per token, so the 
 # 2. **A cap too low.** `max_new_tokens=2`: two tokens, far fewer than a cited sentence needs.
 # 3. **A hot, unguided sampler.** Temperature 5.0, top-p off, no grammar: nothing holds the
 #    reply to the cited form, and a distribution that flat makes the draws close to noise.
-# 4. **A name the model cannot copy.** *"How many legs does a kimbrel have?"* The store
-#    answers it, but the made-up names tinychat learned to copy in training were built from
-#    other syllables than "kimbrel", and it writes some other name in its place. The grammar
+# 4. **A value the model cannot copy.** *"What is the capital of Veltoria?"* The store
+#    answers it (Marn), but every made-up capital tinychat learned to copy in training has
+#    two syllables, so after "Mar" it goes on to a second syllable of its own. The grammar
 #    keeps the reply in the cited form; grounding compares its sentence with the passage.
 
 # %%
@@ -723,7 +723,7 @@ failing = {
                      request_id="req-5"),
     "hot sampler": serve(question, params=SamplingParams(temperature=5.0, seed=0, max_new_tokens=RESERVE),
                          guided=False, request_id="req-6"),
-    "unseen name": serve("How many legs does a kimbrel have?", request_id="req-7"),
+    "short name": serve("What is the capital of Veltoria?", request_id="req-7"),
 }
 for label, rec in failing.items():
     log.append(rec)

@@ -105,6 +105,7 @@ def test_experiments_run_on_the_shipped_model(shipped):
     fenced, plain = g.injection_rate(model, tok, n=4)
     assert fenced.fenced and not plain.fenced and fenced.n == plain.n == 4
     assert all(0 <= r.declined <= 1 and r.correct + r.declined <= 1 for r in (fenced, plain))
+    assert all(len(r.wrong) == round(r.n * (1 - r.correct)) for r in (fenced, plain))  # the replies not right
     convos = [c for c in heldout_split(6) if c.task == "grounded"]
     scored = g.reply_confidence(model, tok, convos)
     assert len(scored) == 6 and all(0 < s.confidence <= 1 for s in scored)
