@@ -812,8 +812,8 @@ def supported(reply, content):
 
 def check_claims(label, replies):
     """replies: (reply, prompt content, wholly right?) triples; abstentions are not claims."""
-    answered = [(reply, supported(reply, content), right) for reply, content, right in replies
-                if supported(reply, content) is not None]
+    judged = [(reply, supported(reply, content), right) for reply, content, right in replies]
+    answered = [(reply, ok, right) for reply, ok, right in judged if ok is not None]
     kept = [right for _, ok, right in answered if ok]
     blocked = [(reply, right) for reply, ok, right in answered if not ok]
     print(f"{label}: {len(answered)} answers, {len(kept)} supported by their cited passage")
